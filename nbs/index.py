@@ -1,0 +1,87 @@
+# %% [markdown]
+# # nanot5_edu
+# > Pre-train T5 on limited compute, one notebook at a time: a literate re-build of nanoT5
+
+# %% [markdown]
+# [nanoT5](https://arxiv.org/abs/2309.02373) showed that a T5-v1.1-Base can be pre-trained on a single
+# A100 in about a day to the quality of Google's original (C4 loss 1.953 vs 1.942), thanks to careful
+# engineering and one optimizer insight: AdamW with Adafactor's RMS scaling of the learning rate, plus a
+# cosine schedule. **nanot5_edu** re-builds that system as a course: ordered notebooks build the data
+# pipeline, the tokenizer, span corruption, the T5 layers, the optimizer, the training loop and
+# fine-tuning, each part checked against the reference implementation (Hugging Face `transformers`) as
+# it is built. [nbdev](https://nbdev.fast.ai) exports the notebook cells into the importable package
+# `nanot5_edu`, so the code you read is the code you run.
+#
+# It is for people learning encoder-decoder pre-training on a laptop, Colab or one lab GPU, for people who
+# want a small, tested T5 pre-training library (`import nanot5_edu`), and for teachers running a course on it.
+
+# %% [markdown]
+# ## The two commands
+#
+# From a clone of this repository, with Python ≥ 3.10 (a fresh virtual environment is best; on a
+# CPU-only machine install PyTorch's CPU wheel first, it is a fraction of the CUDA build's size):
+#
+# **The main job** — statistics of the embedded corpus (the CPU pre-training demo replaces this when the
+# training notebook lands):
+#
+# ```bash
+# pip install -e . && nanot5-edu corpus-stats sotu
+# ```
+#
+# **The tests** — every notebook runs as one test case, plus the integration tests in `tests/`:
+#
+# ```bash
+# pip install -e ".[dev]" && python -m pytest tests
+# ```
+
+# %% [markdown]
+# ## The notebooks
+#
+# | # | notebook | what you build | |
+# |---|---|---|---|
+# | 00 | [data](nbs/00_data.ipynb) | `load_corpus`: the embedded State of the Union corpus, your files, or streamed C4 | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/00_data.ipynb) |
+# | 07 | [cli](nbs/07_cli.ipynb) | the `nanot5-edu` command line | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/07_cli.ipynb) |
+
+# %% [markdown]
+# ## The embedded corpus
+#
+# `load_corpus("sotu")` reads the US State of the Union addresses 1790–2026 from the `sotu` package
+# (public domain); speeches from years ending in 5 are the validation split.
+
+# %%
+from nanot5_edu.data import load_corpus, corpus_stats, format_stats
+print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "validation")}))
+
+# %% [markdown]
+# ## Results
+#
+# Measured on this project's CI machine (2 CPU cores, no GPU) unless a row says otherwise; each figure
+# comes from a script in `benchmarks/` or a notebook, which prints it side by side with its reference.
+#
+# | what | ours | reference | ratio | source |
+# |---|---|---|---|---|
+# | (filled as the notebooks land) | | | | |
+
+# %% [markdown]
+# ## Where to run it
+#
+# - **Colab**: open a notebook with its badge above and run `!pip install git+https://github.com/nanot5-edu/nanot5_edu`
+#   in a first cell. A free T4 runs the notebooks' `#| gpu` cells.
+# - **A lab GPU**: `pip install -e .`, then the same commands as above; the notebooks' slow cells
+#   (`#| slow`, real training) run in full when you execute a notebook, and
+#   `nbdev-test --flags "slow gpu"` runs them as tests.
+# - **Several GPUs**: the training loop is built on 🤗 Accelerate, so multi-GPU is `accelerate launch`
+#   and no code of ours: `accelerate launch --num_processes 4 $(which nanot5-edu) pretrain t5-base`.
+
+# %% [markdown]
+# ## Developing
+#
+# `nbs/` is the source of truth: each notebook is paired with a jupytext `py:percent` file for
+# reviewable diffs, and `nanot5_edu/*.py` is generated — never edit it by hand. nbdev 3 keeps all its
+# settings in `pyproject.toml` under `[tool.nbdev]` (there is no `settings.ini`). After editing:
+#
+# ```bash
+# jupytext --sync nbs/*.ipynb && nbdev-export && nbdev-clean && jupytext --sync nbs/*.ipynb
+# python tools/mkreadme.py   # README.md is rendered from nbs/index.ipynb
+# bash .ci/run               # what CI runs: clean/sync/export/README checks, then the tests
+# ```
