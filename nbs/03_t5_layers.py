@@ -134,10 +134,17 @@ def hf_reference(config: ModelConfig):
 # ## RMSNorm
 #
 # T5's "layer norm" only rescales: no mean subtraction, no bias. The variance is taken in fp32 even under
-# bf16, and the result is cast back to the weight's dtype when that is half precision.
+# bf16, and the result is cast back to the weight's dtype when that is half precision. (For fp32 we call
+# `F.rms_norm`, the same formula in one op. And a small helper: dropout with `p = 0` — nanoT5's
+# pre-training setting — becomes `nn.Identity`, so training does not multiply by an all-ones mask.)
 
 # %%
 #| export
+def dropout(p: float) -> nn.Module:
+    "nn.Dropout(p), or nn.Identity when p == 0 (no mask multiply in training)"
+    return nn.Dropout(p) if p > 0 else nn.Identity()
+
+
 class RMSNorm(nn.Module):
     "T5LayerNorm: y = w * x / sqrt(mean(x^2) + eps), variance in fp32"
 
@@ -146,6 +153,8 @@ class RMSNorm(nn.Module):
         self.weight, self.variance_epsilon = nn.Parameter(torch.ones(d)), eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:  # one fused kernel, same math
+            return F.rms_norm(x, self.weight.shape, self.weight, self.variance_epsilon)
         variance = x.float().pow(2).mean(-1, keepdim=True)
         x = x * torch.rsqrt(variance + self.variance_epsilon)
         if self.weight.dtype in (torch.float16, torch.bfloat16):
@@ -260,18 +269,18 @@ class Attention(nn.Module):
             self.relative_attention_bias = RelativePositionBias(config, bidirectional)
 
     def heads(self, x: torch.Tensor) -> torch.Tensor:
-        return x.view(x.shape[0], -1, self.n_heads, self.d_kv).transpose(1, 2)
+        return x.unflatten(-1, (self.n_heads, self.d_kv)).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor | None, kv_input: torch.Tensor | None = None,
-                past: tuple[torch.Tensor, torch.Tensor] | None = None, extend_past: bool = False):
-        "Returns (output, (k, v)); `past` holds cached k/v: cross-attention reuses them, self-attention appends"
+                past: tuple[torch.Tensor, torch.Tensor] | None = None):
+        "Returns (output, (k, v)); `past` holds cached k/v: self-attention appends to them, cross-attention reuses them"
         q = self.heads(self.q(x))
-        if past is not None and not extend_past:
+        if past is not None and kv_input is not None:  # cross-attention: encoder k/v computed once, then reused
             k, v = past
         else:
             src = x if kv_input is None else kv_input
             k, v = self.heads(self.k(src)), self.heads(self.v(src))
-            if past is not None:
+            if past is not None:  # self-attention while generating: append the new position's k/v
                 k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         if bias is not None:
             bias = bias.to(q.dtype)
@@ -317,11 +326,10 @@ class GatedFeedForward(nn.Module):
         self.wi_0 = nn.Linear(config.d_model, config.d_ff, bias=False)
         self.wi_1 = nn.Linear(config.d_model, config.d_ff, bias=False)
         self.wo = nn.Linear(config.d_ff, config.d_model, bias=False)
-        self.dropout = nn.Dropout(config.dropout_rate)
+        self.dropout = dropout(config.dropout_rate)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.gelu(self.wi_0(x), approximate="tanh") * self.wi_1(x)
-        return self.wo(self.dropout(h))
+        return self.wo(self.dropout(F.gelu(self.wi_0(x), approximate="tanh") * self.wi_1(x)))
 
 
 # %%
@@ -344,10 +352,10 @@ class SelfAttentionLayer(nn.Module):
         super().__init__()
         self.SelfAttention = Attention(config, has_bias, bidirectional)
         self.layer_norm = RMSNorm(config.d_model, config.layer_norm_epsilon)
-        self.dropout = nn.Dropout(config.dropout_rate)
+        self.dropout = dropout(config.dropout_rate)
 
     def forward(self, h, bias, past=None):
-        out, kv = self.SelfAttention(self.layer_norm(h), bias, past=past, extend_past=True)
+        out, kv = self.SelfAttention(self.layer_norm(h), bias, past=past)
         return h + self.dropout(out), kv
 
 
@@ -356,7 +364,7 @@ class CrossAttentionLayer(nn.Module):
         super().__init__()
         self.EncDecAttention = Attention(config)
         self.layer_norm = RMSNorm(config.d_model, config.layer_norm_epsilon)
-        self.dropout = nn.Dropout(config.dropout_rate)
+        self.dropout = dropout(config.dropout_rate)
 
     def forward(self, h, encoder_out, mask, past=None):
         out, kv = self.EncDecAttention(self.layer_norm(h), mask, kv_input=encoder_out, past=past)
@@ -368,7 +376,7 @@ class FeedForwardLayer(nn.Module):
         super().__init__()
         self.DenseReluDense = GatedFeedForward(config)
         self.layer_norm = RMSNorm(config.d_model, config.layer_norm_epsilon)
-        self.dropout = nn.Dropout(config.dropout_rate)
+        self.dropout = dropout(config.dropout_rate)
 
     def forward(self, h):
         return h + self.dropout(self.DenseReluDense(self.layer_norm(h)))
@@ -417,7 +425,7 @@ class Stack(nn.Module):
         n = config.num_decoder_layers if is_decoder else config.num_layers
         self.block = nn.ModuleList([Block(config, is_decoder, has_bias=i == 0) for i in range(n)])
         self.final_layer_norm = RMSNorm(config.d_model, config.layer_norm_epsilon)
-        self.dropout = nn.Dropout(config.dropout_rate)
+        self.dropout = dropout(config.dropout_rate)
 
     def position_bias(self, q_len: int, k_len: int, mask: torch.Tensor | None, q_offset: int = 0) -> torch.Tensor:
         "Relative position bias of block 0, plus the padding or causal mask, shared by all blocks"
