@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 # %% auto #0
-__all__ = ['corpus_stats_cmd', 'build_parser', 'main']
+__all__ = ['corpus_stats_cmd', 'pretrain_cmd', 'finetune_cmd', 'evaluate_cmd', 'build_parser', 'main']
 
 # %% ../nbs/07_cli.ipynb #1bc96a58
 def corpus_stats_cmd(args: argparse.Namespace) -> int:
@@ -24,6 +25,59 @@ def corpus_stats_cmd(args: argparse.Namespace) -> int:
     print(format_stats(stats))
     return 0
 
+# %% ../nbs/07_cli.ipynb #85a96c86
+def pretrain_cmd(args: argparse.Namespace) -> int:
+    "Pre-train with a preset and key=value overrides; print where everything went"
+    from nanot5_edu.train import make_config, train
+    items = list(args.items)
+    preset = items.pop(0) if items and "=" not in items[0] else "cpu-demo"
+    summary = train(make_config(preset, items))
+    if not summary["main_process"]:  # other processes of a multi-process run stay quiet
+        return 0
+    print(f"\nrun directory:   {summary['run_dir']}  ({summary['steps']} steps, {summary['wall_s'] / 60:.1f} min)")
+    if summary.get("final_eval_loss") is not None:
+        print(f"validation loss: {summary['first_eval_loss']:.3f} at the first evaluation -> "
+              f"{summary['final_eval_loss']:.3f} (token accuracy {summary['final_eval_accuracy']:.1%})")
+    if "unigram" in summary:
+        print(f"baselines:       unigram entropy {summary['unigram']:.3f}, "
+              f"per-position unigram {summary['per_position_unigram']:.3f}")
+    print(f"loss plot:       {summary['loss_plot']}")
+    print(f"HF export:       {summary['hf_export']}  (T5ForConditionalGeneration.from_pretrained)")
+    return 0
+
+# %% ../nbs/07_cli.ipynb #001c3fda
+def _print_scores(scores: dict):
+    print(f"{'task':48} {'Rouge-L':>8} {'exact':>7} {'n':>5}")
+    for name, r in scores["per_task"].items():
+        print(f"{name:48} {r['rougeL']:8.1f} {r['exact_match']:7.1f} {r['instances']:5d}")
+    o = scores["overall"]
+    print(f"{'overall':48} {o['rougeL']:8.1f} {o['exact_match']:7.1f} {o['instances']:5d}")
+
+
+def finetune_cmd(args: argparse.Namespace) -> int:
+    "Fine-tune a checkpoint on SNI train tasks, then evaluate on the test tasks"
+    import json
+    from nanot5_edu.finetune import finetune, make_finetune_config
+    summary = finetune(make_finetune_config(args.checkpoint, args.data, args.overrides))
+    if summary["main_process"]:
+        _print_scores(json.loads((Path(summary["run_dir"]) / "sni_eval.json").read_text()))
+        print(f"\nrun directory: {summary['run_dir']}\nHF export:     {summary['hf_export']}")
+    return 0
+
+
+def evaluate_cmd(args: argparse.Namespace) -> int:
+    "Score a checkpoint on the SNI test tasks (greedy generation, Rouge-L and exact match)"
+    import json
+    from nanot5_edu.finetune import evaluate_sni, load_model, load_sni
+    model, tokenizer = load_model(args.checkpoint)
+    ds, report = load_sni(args.data, "test", args.instances_per_task, tokenizer, args.max_source_length)
+    scores = evaluate_sni(model, tokenizer, ds, args.batch_size, args.max_source_length, args.max_new_tokens)
+    out = Path(args.out) if args.out else Path(args.checkpoint) / "sni_eval.json"
+    out.write_text(json.dumps(scores, indent=1))
+    _print_scores(scores)
+    print(f"\nscores: {out}")
+    return 0
+
 # %% ../nbs/07_cli.ipynb #21bd0131
 def build_parser() -> argparse.ArgumentParser:
     "The `nanot5-edu` argument parser: one subparser per job"
@@ -32,15 +86,34 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("corpus-stats", help="document, byte and word counts of a corpus, per split")
     p.add_argument("spec", nargs="?", default="sotu", help="'sotu' (default) or a path/glob of .txt/.jsonl/.parquet")
     p.set_defaults(func=corpus_stats_cmd)
+    p = sub.add_parser("pretrain", help="pre-train T5 with span corruption (default preset: cpu-demo)")
+    p.add_argument("items", nargs="*", metavar="[PRESET] key=value",
+                   help="a preset (cpu-demo, t5-base, t5-base-16h), then overrides such as optim.lr=1e-3")
+    p.set_defaults(func=pretrain_cmd)
+    p = sub.add_parser("finetune", help="fine-tune on Super-NaturalInstructions and score the test tasks")
+    p.add_argument("--checkpoint", help="run dir, checkpoint dir, HF T5 dir or hub name (omit: random init)")
+    p.add_argument("--data", required=True, help="a natural-instructions clone (tasks/, splits/default/)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. train.total_steps=1000 optim.lr=1e-4")
+    p.set_defaults(func=finetune_cmd)
+    p = sub.add_parser("evaluate", help="Rouge-L / exact match of a checkpoint on the SNI test tasks")
+    p.add_argument("--checkpoint", required=True, help="run dir, checkpoint dir, HF T5 dir or hub name")
+    p.add_argument("--data", required=True, help="a natural-instructions clone (tasks/, splits/default/)")
+    p.add_argument("--out", help="where to write the scores JSON (default: CHECKPOINT/sni_eval.json)")
+    p.add_argument("--instances-per-task", type=int, default=100)
+    p.add_argument("--max-source-length", type=int, default=1024)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.set_defaults(func=evaluate_cmd)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     "Entry point of the `nanot5-edu` console script"
-    from nanot5_edu.data import CorpusError
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except CorpusError as e:
+    except (ValueError, RuntimeError) as e:
+        if not type(e).__module__.startswith("nanot5_edu"):
+            raise  # a bug, not bad input: keep the traceback
         print(f"error: {e}", file=sys.stderr)
         return 2

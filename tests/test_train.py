@@ -1,0 +1,118 @@
+"""Integration tests of pre-training as a user runs it: the CLI in subprocesses, a real `kill -9` and exact resume,
+a 2-process DDP run through `accelerate launch`, and errors reported before any compute."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+       "OMP_NUM_THREADS": "1"}
+SMALL = ["model.num_layers=1", "model.d_model=64", "model.d_kv=16", "model.num_heads=4", "model.d_ff=128",
+         "model.vocab_size=2048", "optim.batch_size=8", "optim.warmup_steps=4", "optim.lr=1e-2",
+         "logging.every_steps=1", "eval.batches=1", "eval.batch_size=8", "logging.progress_bar=false"]
+
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory):
+    "A local .jsonl corpus (24 speeches) and a 1,900-piece tokenizer trained on it"
+    from nanot5_edu.data import load_corpus
+    from nanot5_edu.tokenizer import train_tokenizer
+    root = tmp_path_factory.mktemp("data")
+    texts = list(load_corpus("sotu", "validation")["text"])
+    (root / "speeches.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    train_tokenizer(texts, 1900, root / "tok")  # + 100 sentinels = 2,000 ids <= 2,048
+    return [f"data.corpus={root / 'speeches.jsonl'}", f"data.tokenizer={root / 'tok'}"]
+
+
+def pretrain(run_dir, *overrides, popen=False):
+    cmd = [sys.executable, "-m", "nanot5_edu", "pretrain", *overrides, f"logging.run_dir={run_dir}"]
+    if popen:
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
+    return subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+
+
+def metrics(run_dir):
+    return [json.loads(l) for l in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_kill_9_and_resume_gives_identical_losses(tmp_path, small_data):
+    args = [*SMALL, *small_data, "train.total_steps=160", "checkpoint.every_steps=20", "eval.every_steps=40"]
+    straight = pretrain(tmp_path / "straight", *args)
+    assert straight.returncode == 0, straight.stderr
+
+    proc = pretrain(tmp_path / "killed", *args, popen=True)
+    first_ckpt = tmp_path / "killed" / "checkpoints" / "step_00000020"
+    deadline = time.time() + 300
+    while not first_ckpt.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    done = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").glob("step_*"))
+    assert done and done[-1] < "step_00000160"
+
+    resumed = pretrain(tmp_path / "killed", *args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stdout
+    losses = lambda d: [(m["step"], m.get("loss"), m.get("eval_loss")) for m in metrics(d)]
+    assert losses(tmp_path / "killed") == losses(tmp_path / "straight")
+    weights = lambda d: json.loads((d / "processes" / "rank_0.json").read_text())["weights_sha256"]
+    assert weights(tmp_path / "killed") == weights(tmp_path / "straight")
+
+
+def test_two_process_ddp_on_cpu(tmp_path, small_data):
+    cmd = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "nanot5_edu", "pretrain", *SMALL, *small_data,
+           "train.total_steps=6", "checkpoint.every_steps=3", "eval.every_steps=6", f"logging.run_dir={tmp_path}"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ranks = [json.loads((tmp_path / "processes" / f"rank_{i}.json").read_text()) for i in (0, 1)]
+    assert [m["world_size"] for m in ranks] == [2, 2]
+    assert ranks[0]["first_batch_sha256"] != ranks[1]["first_batch_sha256"]  # each rank trains on its own rows
+    assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]        # and DDP keeps the weights equal
+    assert sorted(p.name for p in (tmp_path / "checkpoints" / "step_00000006").glob("process_*.pt")) == \
+        ["process_0.pt", "process_1.pt"]
+
+
+@pytest.mark.parametrize("override,message", [
+    ("optim.lrr=1e-3", "Did you mean optim.lr"),
+    ("data.corpus=/no/such/dir/*.txt", "No file matches"),
+    ("optim.warmup_steps=100000", "optim.warmup_steps (100000)"),
+    ("model.vocab_size=1000", "set model.vocab_size=8192"),
+])
+def test_config_and_data_errors_come_before_compute(tmp_path, override, message):
+    r = pretrain(tmp_path / "run", override)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert message in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+SNI_MINI = Path(__file__).resolve().parents[2] / "shared" / "data" / "sni-mini"
+
+
+@pytest.mark.skipif(not SNI_MINI.exists(), reason=f"{SNI_MINI} not found (ships beside the project for CI only)")
+def test_finetune_and_evaluate_through_the_cli(tmp_path, small_data):
+    pre = pretrain(tmp_path / "pre", *SMALL, *small_data, "train.total_steps=4", "checkpoint.every_steps=4",
+                   "eval.every_steps=4")
+    assert pre.returncode == 0, pre.stderr
+    ft = subprocess.run([sys.executable, "-m", "nanot5_edu", "finetune", "--checkpoint", str(tmp_path / "pre"),
+                         "--data", str(SNI_MINI), "train.total_steps=3", "optim.batch_size=4", "eval.batches=1",
+                         "eval.batch_size=4", "sni.instances_per_task=3", "sni.max_source_length=192",
+                         "sni.max_target_length=8", "logging.progress_bar=false", f"logging.run_dir={tmp_path / 'ft'}"],
+                        capture_output=True, text=True, env=ENV, timeout=600)
+    assert ft.returncode == 0, ft.stderr[-3000:]
+    assert "task1745_bbh_navigate" in ft.stdout and "overall" in ft.stdout
+    scores = json.loads((tmp_path / "ft" / "sni_eval.json").read_text())
+    assert scores["overall"]["instances"] == 6 and 0 <= scores["overall"]["rougeL"] <= 100
+    ev = subprocess.run([sys.executable, "-m", "nanot5_edu", "evaluate", "--checkpoint", str(tmp_path / "ft" / "hf"),
+                         "--data", str(SNI_MINI), "--instances-per-task", "3", "--max-new-tokens", "8",
+                         "--max-source-length", "192", "--out", str(tmp_path / "scores.json")],
+                        capture_output=True, text=True, env=ENV, timeout=600)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    again = json.loads((tmp_path / "scores.json").read_text())
+    assert [p["prediction"] for p in again["predictions"]] == [p["prediction"] for p in scores["predictions"]]
