@@ -81,13 +81,13 @@ class OptimConfig:
     warmup_steps: int = 100
     final_lr: float = 1e-5  # cosine floor
     grad_clip: float = 1.0  # max global L2 norm; 0 = off
-    batch_size: int = 32  # sequences per optimizer step, all processes together
+    batch_size: int = 16  # sequences per optimizer step, all processes together
     grad_acc: int = 1  # micro-batches per optimizer step (per process)
 
 
 @dataclass
 class TrainConfig:
-    total_steps: int = 600
+    total_steps: int = 700
     seed: int = 2137
     precision: str = "bf16"  # bf16 (autocast, fp32 master weights) | fp32
     compile: bool = False  # torch.compile the model (GPU; ~1 min cold start)
@@ -95,7 +95,7 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
-    every_steps: int = 200
+    every_steps: int = 100  # (and once before the first step)
     batches: int = 8  # validation batches per evaluation
     batch_size: int = 64
     samples: int = 2  # greedy samples printed at each evaluation
@@ -103,7 +103,7 @@ class EvalConfig:
 
 @dataclass
 class CheckpointConfig:
-    every_steps: int = 200
+    every_steps: int = 350
     keep_last: int = 2
     resume: str = "auto"  # auto: continue from the run dir's latest checkpoint | never
 
@@ -558,6 +558,22 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
         accelerator.init_trackers("nanot5_edu", config=OmegaConf.to_container(OmegaConf.structured(cfg)))
     bar = tqdm(total=cfg.train.total_steps, initial=step, disable=not (main and cfg.logging.progress_bar),
                desc="training", dynamic_ncols=True)
+    def run_eval(step):
+        ev = evaluate(model, valid_batches, accelerator.autocast)
+        if main:
+            bar.write(f"step {step:6d} | eval loss {ev['eval_loss']:.4f} | eval accuracy {ev['eval_accuracy']:.3f}")
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps({"step": step, **ev}) + "\n")
+            b = valid_batches[0]
+            for i in range(min(cfg.eval.samples, len(b["input_ids"])) if step else 0):
+                mask = None if "attention_mask" not in b else b["attention_mask"][i:i + 1]
+                pred = unwrapped.generate(b["input_ids"][i:i + 1], b["labels"].shape[1], attention_mask=mask)
+                target = b["labels"][i][b["labels"][i] >= 0]
+                bar.write(f"  target: {tokenizer.decode(target[:24])!r}\n  greedy: {tokenizer.decode(pred[0, 1:25])!r}")
+        accelerator.log(ev, step=step)
+
+    if step == 0:
+        run_eval(0)  # the starting point of the held-out curve
     window_loss, window_tokens, window_flops, window_start, first_batch_sha = [], 0, 0.0, time.time(), None
     model.train()
     while step < cfg.train.total_steps:
@@ -597,18 +613,7 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
             accelerator.log({k: v for k, v in m.items() if v is not None}, step=step)
             window_loss, window_tokens, window_flops, window_start = [], 0, 0.0, time.time()
         if step % cfg.eval.every_steps == 0 or step == cfg.train.total_steps:
-            ev = evaluate(model, valid_batches, accelerator.autocast)
-            if main:
-                bar.write(f"step {step:6d} | eval loss {ev['eval_loss']:.4f} | eval accuracy {ev['eval_accuracy']:.3f}")
-                with open(metrics_path, "a") as f:
-                    f.write(json.dumps({"step": step, **ev}) + "\n")
-                b = valid_batches[0]
-                for i in range(min(cfg.eval.samples, len(b["input_ids"]))):
-                    mask = None if "attention_mask" not in b else b["attention_mask"][i:i + 1]
-                    pred = unwrapped.generate(b["input_ids"][i:i + 1], b["labels"].shape[1], attention_mask=mask)
-                    target = b["labels"][i][b["labels"][i] >= 0]
-                    bar.write(f"  target: {tokenizer.decode(target[:24])!r}\n  greedy: {tokenizer.decode(pred[0, 1:25])!r}")
-            accelerator.log(ev, step=step)
+            run_eval(step)
             window_start = time.time()
         if step % cfg.checkpoint.every_steps == 0 or step == cfg.train.total_steps:
             save_checkpoint(run_dir, step, unwrapped, optimizer, scheduler, stream, cfg, cfg.checkpoint.keep_last,
@@ -764,8 +769,11 @@ test_eq(json.loads((good / "trainer_state.json").read_text())["step"] + 1, int(m
 # %% [markdown]
 # ## The CPU demo
 #
-# The README's main command, `nanot5-edu pretrain`, runs exactly this: the `cpu-demo` preset. On 2 CPU cores
-# it takes a few minutes; the saved output below is from such a run.
+# The README's main command, `nanot5-edu pretrain`, runs exactly this: the `cpu-demo` preset — the 13.6M-parameter
+# `tiny` model, inputs of 128 tokens (141 raw → 128 / 29), batch 16, 700 steps of AdamWScale at nanoT5's lr 2e-2
+# with the cosine schedule (100 warmup steps), bf16 autocast. On 2 CPU cores it takes about four minutes; the saved
+# output below is from such a run. The bar to clear is the per-position unigram baseline (a model that knows
+# only how often each token appears at each target position); plain unigram entropy is easier still.
 
 # %%
 #| slow

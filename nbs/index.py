@@ -21,11 +21,12 @@
 # From a clone of this repository, with Python ≥ 3.10 (a fresh virtual environment is best; on a
 # CPU-only machine install PyTorch's CPU wheel first, it is a fraction of the CUDA build's size):
 #
-# **The main job** — statistics of the embedded corpus (the CPU pre-training demo replaces this when the
-# training notebook lands):
+# **The main job** — pre-train a small T5 on the embedded corpus, on CPU, in about five minutes. It prints one
+# line per 25 steps, evaluations with greedy samples, and ends by naming the run directory, the validation loss
+# next to the baselines it must beat, the loss plot and a Hugging Face export:
 #
 # ```bash
-# pip install -e . && nanot5-edu corpus-stats sotu
+# pip install -e . && nanot5-edu pretrain
 # ```
 #
 # **The tests** — every notebook runs as one test case, plus the integration tests in `tests/`:
@@ -42,7 +43,12 @@
 # | 00 | [data](nbs/00_data.ipynb) | `load_corpus`: the embedded State of the Union corpus, your files, or streamed C4 | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/00_data.ipynb) |
 # | 01 | [tokenizer](nbs/01_tokenizer.ipynb) | `train_tokenizer`/`load_tokenizer`: a T5-style SentencePiece unigram vocabulary + 100 sentinels, as a `transformers` tokenizer | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/01_tokenizer.ipynb) |
 # | 02 | [span_corruption](nbs/02_span_corruption.ipynb) | T5's noise masks and sentinels, packing, the vectorised `SpanCorruptionCollator`, an explorer | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/02_span_corruption.ipynb) |
-# | 07 | [cli](nbs/07_cli.ipynb) | the `nanot5-edu` command line | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/07_cli.ipynb) |
+# | 03 | [t5_layers](nbs/03_t5_layers.ipynb) | T5 v1.1 from scratch (RMSNorm, relative buckets, SDPA attention, gated-GELU, KV-cache generation), equal to HF's | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/03_t5_layers.ipynb) |
+# | 04 | [optimizers](nbs/04_optimizers.ipynb) | `AdamWScale`, Adafactor/AdamW baselines, cosine and inverse-sqrt schedules, nanoT5's comparison re-run | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/04_optimizers.ipynb) |
+# | 05 | [training](nbs/05_training.ipynb) | config tree and presets, the Accelerate loop, MFU, atomic checkpoints and exact resume, the CPU demo | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/05_training.ipynb) |
+# | 06 | [finetuning](nbs/06_finetuning.ipynb) | Super-NaturalInstructions prompts, fine-tuning with the same loop, Rouge-L over all references | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/06_finetuning.ipynb) |
+# | 07 | [cli](nbs/07_cli.ipynb) | the `nanot5-edu` command line: `corpus-stats`, `pretrain`, `finetune`, `evaluate` | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/07_cli.ipynb) |
+# | 08 | [main](nbs/08_main.ipynb) | `python -m nanot5_edu`, for `accelerate launch -m nanot5_edu` | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/08_main.ipynb) |
 
 # %% [markdown]
 # ## The embedded corpus
@@ -75,8 +81,22 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # - **A lab GPU**: `pip install -e .`, then the same commands as above; the notebooks' slow cells
 #   (`#| slow`, real training) run in full when you execute a notebook, and
 #   `nbdev-test --flags "slow gpu"` runs them as tests.
-# - **Several GPUs**: the training loop is built on 🤗 Accelerate, so multi-GPU is `accelerate launch`
-#   and no code of ours: `accelerate launch --num_processes 4 $(which nanot5-edu) pretrain t5-base`.
+# - **Several GPUs**: the loop is built on 🤗 Accelerate, so multi-GPU is `accelerate launch` and no code of ours.
+#   Each process takes its own slice of every batch, gradients are averaged by DDP, and checkpoints hold every
+#   process's data position:
+#
+#   ```bash
+#   accelerate launch --multi_gpu --num_processes 4 -m nanot5_edu pretrain t5-base
+#   ```
+#
+#   The same command with `--num_processes 2` on a machine without a GPU runs real DDP over gloo on CPU
+#   processes (that is how the tests check it).
+# - **nanoT5's T5-Base**: `nanot5-edu pretrain t5-base` (C4 streamed from the hub, T5's vocabulary, batch 128,
+#   65,536 steps, AdamWScale 2e-2, cosine, bf16, `torch.compile`); `t5-base-16h` is nanoT5's best time budget.
+#   Any field can be overridden: `nanot5-edu pretrain t5-base optim.lr=1e-2 data.corpus=/data/my/*.jsonl`.
+#   `benchmarks/gpu_pretrain.sh` measures s/step, tokens/s and MFU of ours vs HF's model on a GPU.
+# - **Fine-tuning**: `nanot5-edu finetune --checkpoint runs/cpu-demo --data path/to/natural-instructions`, then
+#   `nanot5-edu evaluate --checkpoint runs/sni/hf --data path/to/natural-instructions`.
 
 # %% [markdown]
 # ## Developing
