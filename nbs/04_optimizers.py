@@ -89,18 +89,15 @@ class AdamWScale(Optimizer):
         vs = [self.state[p]["exp_avg_sq"] for p in params]
         for p in params:
             self.state[p]["step"] += 1
-        steps = [self.state[p]["step"] for p in params]
-        rms = torch._foreach_div(torch._foreach_norm(params), [math.sqrt(p.numel()) for p in params])
-        torch._foreach_clamp_min_(rms, 1e-3)
-        torch._foreach_mul_(rms, [group["lr"] * math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t) for t in steps])
+        norms = torch.stack(torch._foreach_norm(params)).tolist()  # one device sync for all tensors' RMS
+        step_sizes = [-group["lr"] * math.sqrt(1 - beta2 ** self.state[p]["step"]) / (1 - beta1 ** self.state[p]["step"])
+                      * max(1e-3, norm / math.sqrt(p.numel())) for p, norm in zip(params, norms)]
         torch._foreach_lerp_(ms, grads, 1 - beta1)
         torch._foreach_mul_(vs, beta2)
         torch._foreach_addcmul_(vs, grads, grads, value=1 - beta2)
         denoms = torch._foreach_sqrt(vs)
         torch._foreach_add_(denoms, group["eps"])
-        updates = torch._foreach_div(ms, denoms)
-        torch._foreach_mul_(updates, rms)          # rms now holds each tensor's step size
-        torch._foreach_sub_(params, updates)
+        torch._foreach_addcdiv_(params, ms, denoms, step_sizes)  # θ ← θ − α·m/denom, α per tensor
         if group["weight_decay"] > 0:
             torch._foreach_mul_(params, 1 - group["lr"] * group["weight_decay"])
 
