@@ -178,6 +178,25 @@ else:
     print(f"skipped: {SNI_MINI.resolve()} not found (the SNI miniature ships beside the project for CI only)")
 
 # %% [markdown]
+# The exact prompt of a known instance (`task1752_0` of BIG-Bench's sports understanding): the instance input
+# ends with a quote, which is punctuation, so no period is added.
+
+# %%
+if SNI_MINI.exists():
+    sports = json.loads((SNI_MINI / "tasks" / "task1752_bbh_sports_understanding.json").read_text())
+    test_eq(sports["Instances"][0]["id"], "task1752_0")
+    test_eq(format_prompt(sports, sports["Instances"][0]["input"]),
+            'Definition: Determine whether an artificially constructed sentence relating to sports is plausible or not.\n\n'
+            ' Positive Example 1 -\nInput: Is the following sentence plausible? "Bam Adebayo scored a reverse layup in the '
+            'Western Conference Finals."\n Output: Let\'s think step by step. Bam Adebayo is an American basketball player. '
+            'Scoring a reverse layup in the Western Conference Finals is part of the NBA Finals. So the answer is yes.\n\n'
+            ' Positive Example 2 -\nInput: Is the following sentence plausible? "Santi Cazorla scored a touchdown."\n'
+            ' Output: Let\'s think step by step. Santi Cazorla is a soccer player. Touchdown is part of American football '
+            'and rugby. So the answer is no.\n\n'
+            'Now complete the following example -\nInput: Is the following sentence plausible? "Elias Lindholm beat the '
+            'buzzer."\nOutput: ')
+
+# %% [markdown]
 # Bad input: a missing split file, a listed task that is absent, a malformed JSON, and instances with empty
 # outputs (skipped and counted, never silently):
 
