@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import json
 import math
 import os
@@ -177,10 +178,13 @@ def validate_config(cfg: Config, world_size: int = 1):
         raise ConfigError(f"train.precision={t.precision!r}: use bf16 or fp32 (fp16 diverges for T5).")
     if cfg.checkpoint.resume not in ("auto", "never"):
         raise ConfigError(f"checkpoint.resume={cfg.checkpoint.resume!r}: use auto or never.")
-    for name in ("every_steps",):
-        for section in (cfg.eval, cfg.checkpoint, cfg.logging):
-            if getattr(section, name) <= 0:
-                raise ConfigError(f"{type(section).__name__}.{name} must be > 0.")
+    for section in (cfg.eval, cfg.checkpoint, cfg.logging):
+        if section.every_steps <= 0:
+            raise ConfigError(f"{type(section).__name__}.every_steps must be > 0.")
+    tracker = cfg.logging.tracker
+    if tracker and importlib.util.find_spec({"tensorboard": "tensorboard", "wandb": "wandb"}.get(tracker, tracker)) is None:
+        raise ConfigError(f"logging.tracker={tracker!r} is not installed: `pip install {tracker}`, or drop the override "
+                          "(metrics.jsonl and the loss plot are always written).")
 
 # %% ../nbs/05_training.ipynb #19c112eb
 def flops_per_step(config: ModelConfig, batch_size: int, inputs_length: int, targets_length: int) -> float:

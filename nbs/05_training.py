@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import json
 import math
 import os
@@ -221,10 +222,13 @@ def validate_config(cfg: Config, world_size: int = 1):
         raise ConfigError(f"train.precision={t.precision!r}: use bf16 or fp32 (fp16 diverges for T5).")
     if cfg.checkpoint.resume not in ("auto", "never"):
         raise ConfigError(f"checkpoint.resume={cfg.checkpoint.resume!r}: use auto or never.")
-    for name in ("every_steps",):
-        for section in (cfg.eval, cfg.checkpoint, cfg.logging):
-            if getattr(section, name) <= 0:
-                raise ConfigError(f"{type(section).__name__}.{name} must be > 0.")
+    for section in (cfg.eval, cfg.checkpoint, cfg.logging):
+        if section.every_steps <= 0:
+            raise ConfigError(f"{type(section).__name__}.every_steps must be > 0.")
+    tracker = cfg.logging.tracker
+    if tracker and importlib.util.find_spec({"tensorboard": "tensorboard", "wandb": "wandb"}.get(tracker, tracker)) is None:
+        raise ConfigError(f"logging.tracker={tracker!r} is not installed: `pip install {tracker}`, or drop the override "
+                          "(metrics.jsonl and the loss plot are always written).")
 
 
 # %%
@@ -232,6 +236,7 @@ test_fail(lambda: validate_config(make_config("cpu-demo", ["optim.warmup_steps=5
 test_fail(lambda: validate_config(make_config("cpu-demo", ["optim.batch_size=30", "optim.grad_acc=4"])), contains="must divide")
 test_fail(lambda: validate_config(make_config("cpu-demo", ["optim.name=lion"])), contains="optim.name='lion' is unknown")
 test_fail(lambda: validate_config(make_config("cpu-demo", ["train.precision=fp16"])), contains="fp16 diverges")
+test_fail(lambda: validate_config(make_config("cpu-demo", ["logging.tracker=no_such_tracker"])), contains="is not installed")
 
 
 # %% [markdown]
