@@ -354,6 +354,8 @@ class T5(nn.Module):
             if t.shape[0] != input_ids.shape[0]:
                 raise ValueError(f"Batch sizes differ: input_ids has {input_ids.shape[0]} rows, {name} has "
                                  f"{t.shape[0]}.")
+            if t.device.type != "cpu" or torch.compiler.is_compiling():
+                continue  # the value scan would sync the device / break the compiled graph on every step
             bad = (t < 0) | (t >= V)
             if name == "labels":
                 bad &= t != -100

@@ -487,7 +487,9 @@ def init_weights(model: nn.Module, config: ModelConfig):
 # `T5` puts it together: a shared embedding, encoder, decoder, LM head (untied in v1.1; tied with the
 # `d_model^-½` rescale in v1.0), cross-entropy over labels with `-100` ignored, and `decoder_input_ids`
 # made from the labels by shifting right with the start token 0 (= pad). Inputs are checked first, so a
-# wrong batch shows a sentence, not a shape error from deep inside.
+# wrong batch shows a sentence, not a shape error from deep inside. (Dtypes and shapes always; the id-range
+# scan only for CPU tensors outside `torch.compile`, since on a GPU it would cost a device sync every step —
+# the training loop checks the tokenizer against `vocab_size` once, before it starts.)
 
 # %%
 #| export
@@ -536,6 +538,8 @@ class T5(nn.Module):
             if t.shape[0] != input_ids.shape[0]:
                 raise ValueError(f"Batch sizes differ: input_ids has {input_ids.shape[0]} rows, {name} has "
                                  f"{t.shape[0]}.")
+            if t.device.type != "cpu" or torch.compiler.is_compiling():
+                continue  # the value scan would sync the device / break the compiled graph on every step
             bad = (t < 0) | (t >= V)
             if name == "labels":
                 bad &= t != -100
