@@ -316,6 +316,8 @@ wordlevel = Tokenizer(models.WordLevel({"<unk>": 0, "a": 1, "b": 2}, unk_token="
 wordlevel.pre_tokenizer = pre_tokenizers.Whitespace()
 no_sentinels = PreTrainedTokenizerFast(tokenizer_object=wordlevel, unk_token="<unk>")
 test_fail(lambda: sentinel_ids(no_sentinels, 2), contains="has 0 of the 2 sentinels")
+no_sentinels.save_pretrained(tmp / "no_sentinels")                   # the same, as a tokenizer directory
+test_fail(lambda: sentinel_ids(load_tokenizer(tmp / "no_sentinels"), 100), contains="has 0 of the 100 sentinels")
 
 # %% [markdown]
 # ## Bad input
