@@ -171,9 +171,9 @@ def evaluate_sni(model: T5, tokenizer, ds: datasets.Dataset, batch_size: int = 1
         out = model.generate(b["input_ids"].to(device), max_new_tokens, attention_mask=b["attention_mask"].to(device))
         for i, ids in zip(idx, out.tolist()):
             predictions[i] = tokenizer.decode(ids, skip_special_tokens=True).strip()
-    per_example = [{"id": ds[i]["id"], "task": ds[i]["task"], "category": ds[i]["category"], "prediction": p,
-                    "references": ds[i]["references"], "rougeL": rouge_l(p, ds[i]["references"]),
-                    "exact_match": exact_match(p, ds[i]["references"])} for i, p in enumerate(predictions)]
+    per_example = [{"id": row["id"], "task": row["task"], "category": row["category"], "prediction": p,
+                    "references": row["references"], "rougeL": rouge_l(p, row["references"]),
+                    "exact_match": exact_match(p, row["references"])} for row, p in zip(ds.to_list(), predictions)]
 
     def mean(rows, key): return sum(r[key] for r in rows) / len(rows)
     groups = {"task": defaultdict(list), "category": defaultdict(list)}

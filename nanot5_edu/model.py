@@ -15,9 +15,10 @@ import torch.nn.functional as F
 from torch import nn
 
 # %% auto #0
-__all__ = ['PRESETS', 'ModelConfig', 'get_config', 'hf_reference', 'dropout', 'RMSNorm', 'relative_position_bucket',
-           'RelativePositionBias', 'Attention', 'GatedFeedForward', 'SelfAttentionLayer', 'CrossAttentionLayer',
-           'FeedForwardLayer', 'Block', 'additive_mask', 'Stack', 'init_weights', 'Seq2SeqOutput', 'shift_right', 'T5']
+__all__ = ['PRESETS', 'HF_ALIAS_KEYS', 'ModelConfig', 'get_config', 'hf_reference', 'dropout', 'RMSNorm',
+           'relative_position_bucket', 'RelativePositionBias', 'Attention', 'GatedFeedForward', 'SelfAttentionLayer',
+           'CrossAttentionLayer', 'FeedForwardLayer', 'Block', 'additive_mask', 'Stack', 'init_weights',
+           'Seq2SeqOutput', 'shift_right', 'T5']
 
 # %% ../nbs/03_t5_layers.ipynb #14473d61
 @dataclass
@@ -408,7 +409,7 @@ class T5(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 # %% ../nbs/03_t5_layers.ipynb #1aecc543
-_HF_ALIASES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+HF_ALIAS_KEYS = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")  # HF's names for `shared`, not saved
 
 
 def _from_hf(cls, model_or_dir) -> "T5":
@@ -432,7 +433,7 @@ def _to_hf(self):
     "The same weights in a `transformers.T5ForConditionalGeneration`"
     model = hf_reference(self.config)
     missing, unexpected = model.load_state_dict(self.state_dict(), strict=False)
-    assert not unexpected and set(missing) <= set(_HF_ALIASES) | {"lm_head.weight"}, (missing, unexpected)
+    assert not unexpected and set(missing) <= set(HF_ALIAS_KEYS) | {"lm_head.weight"}, (missing, unexpected)
     return model
 
 
@@ -444,7 +445,7 @@ def _save_pretrained(self, save_dir: str | Path):
     config = self.config.to_hf()
     config.architectures = ["T5ForConditionalGeneration"]
     config.to_json_file(save_dir / "config.json")
-    state = {k: v.detach().contiguous() for k, v in self.state_dict().items() if k not in _HF_ALIASES}
+    state = {k: v.detach().contiguous() for k, v in self.state_dict().items() if k not in HF_ALIAS_KEYS}
     save_file(state, save_dir / "model.safetensors", metadata={"format": "pt"})
 
 

@@ -611,7 +611,7 @@ counts
 
 # %%
 #| export
-_HF_ALIASES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+HF_ALIAS_KEYS = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")  # HF's names for `shared`, not saved
 
 
 def _from_hf(cls, model_or_dir) -> "T5":
@@ -635,7 +635,7 @@ def _to_hf(self):
     "The same weights in a `transformers.T5ForConditionalGeneration`"
     model = hf_reference(self.config)
     missing, unexpected = model.load_state_dict(self.state_dict(), strict=False)
-    assert not unexpected and set(missing) <= set(_HF_ALIASES) | {"lm_head.weight"}, (missing, unexpected)
+    assert not unexpected and set(missing) <= set(HF_ALIAS_KEYS) | {"lm_head.weight"}, (missing, unexpected)
     return model
 
 
@@ -647,7 +647,7 @@ def _save_pretrained(self, save_dir: str | Path):
     config = self.config.to_hf()
     config.architectures = ["T5ForConditionalGeneration"]
     config.to_json_file(save_dir / "config.json")
-    state = {k: v.detach().contiguous() for k, v in self.state_dict().items() if k not in _HF_ALIASES}
+    state = {k: v.detach().contiguous() for k, v in self.state_dict().items() if k not in HF_ALIAS_KEYS}
     save_file(state, save_dir / "model.safetensors", metadata={"format": "pt"})
 
 

@@ -37,7 +37,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from nanot5_edu.data import CorpusError, load_corpus
-from nanot5_edu.model import PRESETS as MODEL_PRESETS, ModelConfig, T5
+from nanot5_edu.model import HF_ALIAS_KEYS, PRESETS as MODEL_PRESETS, ModelConfig, T5
 from nanot5_edu.optim import OPTIMIZERS, SCHEDULES, get_lr_scheduler, get_optimizer
 from nanot5_edu.spans import SpanCorruptionCollator, pack_dataset
 from nanot5_edu.tokenizer import DEMO_VOCAB_SIZE, load_tokenizer, train_tokenizer
@@ -459,7 +459,7 @@ def save_checkpoint(run_dir: Path, step: int, model: T5, optimizer, scheduler, s
     sync()
     if rank == 0:
         save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()
-                   if k not in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")}, tmp / "model.safetensors")
+                   if k not in HF_ALIAS_KEYS}, tmp / "model.safetensors")
         torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "state.pt")
         (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "config": dataclasses.asdict(cfg)}, indent=1))
         shutil.rmtree(final, ignore_errors=True)
@@ -480,7 +480,7 @@ def load_checkpoint(path: Path, model: T5, optimizer, scheduler, stream: BatchSt
     "Restore everything saved by save_checkpoint (this process's data position and RNGs); returns the step"
     from safetensors.torch import load_file
     missing, unexpected = model.load_state_dict(load_file(path / "model.safetensors"), strict=False)
-    assert not unexpected and set(missing) <= {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}
+    assert not unexpected and set(missing) <= set(HF_ALIAS_KEYS)
     state = torch.load(path / "state.pt", weights_only=True)
     optimizer.load_state_dict(state["optimizer"]); scheduler.load_state_dict(state["scheduler"])
     own = path / f"process_{rank}.pt"
