@@ -5,6 +5,7 @@
 # %% ../nbs/02_span_corruption.ipynb #2be3cdad
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -14,8 +15,8 @@ import torch
 from .tokenizer import NUM_SENTINELS, TokenizerError, encode_batch, sentinel_ids
 
 # %% auto #0
-__all__ = ['SpanCorruptionError', 'noise_counts', 'compute_input_and_target_lengths', 'random_spans_noise_mask', 'corrupt_spans',
-           'uncorrupt', 'pack_token_rows', 'pack_dataset', 'SpanCorruptionCollator']
+__all__ = ['SpanCorruptionError', 'noise_counts', 'compute_input_and_target_lengths', 'random_cuts', 'random_spans_noise_mask',
+           'corrupt_spans', 'uncorrupt', 'pack_token_rows', 'pack_dataset', 'SpanCorruptionCollator']
 
 # %% ../nbs/02_span_corruption.ipynb #f1ffb9d6
 class SpanCorruptionError(ValueError):
@@ -62,11 +63,71 @@ def compute_input_and_target_lengths(inputs_length: int,  # tokens the encoder s
     return raw, lengths(raw)[1]
 
 # %% ../nbs/02_span_corruption.ipynb #15a0bd57
-def _random_segmentation(batch: int, num_items: int, num_segments: int, generator: torch.Generator) -> torch.Tensor:
-    "[batch, num_segments] lengths: each row splits `num_items` into non-empty parts uniformly at random"
-    cuts = torch.rand(batch, num_items - 1, generator=generator).topk(num_segments - 1, dim=1).indices + 1
-    bounds = torch.cat([cuts.new_zeros(batch, 1), cuts.sort(dim=1).values, cuts.new_full((batch, 1), num_items)], 1)
-    return bounds.diff(dim=1)
+def _draws_per_round(size: int, count: int) -> int:
+    "Draws that contain `count` distinct values of range(size) almost surely: coupon-collector mean + 6 sd"
+    mean = sum(size / (size - i) for i in range(count))
+    sd = math.sqrt(sum(i * size / (size - i) ** 2 for i in range(count)))
+    return math.ceil(mean + 6 * sd) + 1
+
+
+def _draw_numbers(n_draws: int, ranges: int) -> torch.Tensor:
+    "0..n_draws-1 for each range, in the smallest integer type that holds them (less memory to touch)"
+    dtype = torch.int8 if n_draws < 2**7 else torch.int16 if n_draws < 2**15 else torch.int32
+    return torch.arange(n_draws, dtype=dtype).repeat(ranges)
+
+
+@functools.lru_cache(maxsize=64)
+def _cut_layout(sizes: tuple[int, ...], count: int):
+    "Draws per round, offset of each range in the shared table, and the draw numbers of one round"
+    per_round = max(_draws_per_round(n, count) for n in sizes)
+    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+    return per_round, offsets, torch.tensor(offsets).view(-1, 1), _draw_numbers(per_round, len(sizes))
+
+
+def random_cuts(batch: int,  # rows
+                sizes: Sequence[int],  # draw from range(n) for each n
+                count: int,  # distinct values per row and size
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    "[batch, len(sizes), count]: `count` distinct values of each range(n), sorted, every set equally likely"
+    sizes = tuple(sizes)
+    if count == 0:
+        return torch.zeros(batch, len(sizes), 0, dtype=torch.long)
+    per_round, offsets, offset_column, draw_no = _cut_layout(sizes, count)
+    S, width, draws = len(sizes), sum(sizes), None
+    while True:  # one round unless a row is ~6 sd unlucky
+        more = torch.stack([torch.randint(o, o + n, (batch, per_round), generator=generator)
+                            for o, n in zip(offsets, sizes)], 1)
+        draws = more if draws is None else torch.cat([draws, more], 2)
+        n_draws = draws.shape[2]
+        if n_draws > per_round:
+            draw_no = _draw_numbers(n_draws, S)
+        first_hit = torch.full((batch, width), n_draws, dtype=draw_no.dtype).scatter_reduce_(
+            1, draws.view(batch, -1), draw_no.expand(batch, -1), "amin")            # first draw of each value
+        is_new = (first_hit.gather(1, draws.view(batch, -1)) == draw_no).view(batch, S, n_draws)
+        completing_draw = (is_new.cumsum(2, dtype=draw_no.dtype) < count).sum(2, dtype=draw_no.dtype)
+        if completing_draw.max() < n_draws:   # every row has `count` distinct values of each range
+            break
+    kept = torch.empty(batch, width, dtype=torch.bool)
+    for s, (o, n) in enumerate(zip(offsets, sizes)):
+        torch.le(first_hit[:, o:o + n], completing_draw[:, s:s + 1], out=kept[:, o:o + n])
+    return kept.nonzero()[:, 1].view(batch, S, count) - offset_column
+
+# %% ../nbs/02_span_corruption.ipynb #827d1421
+def _spans_checked(length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
+    _check_noise(noise_density, mean_noise_span_length)
+    num_noise, num_spans = noise_counts(length, noise_density, mean_noise_span_length)
+    if num_spans > num_noise:
+        raise SpanCorruptionError(f"mean_noise_span_length={mean_noise_span_length} gives {num_spans} spans for "
+                                  f"{num_noise} noise tokens: use a mean span length >= 1.")
+    if length - num_noise < num_spans:
+        raise SpanCorruptionError(f"length={length} cannot hold {num_spans} spans with a gap before each: "
+                                  "use longer rows or a longer mean_noise_span_length.")
+    return num_noise, num_spans
+
+
+def _random_span_cuts(rows: int, length: int, num_noise: int, num_spans: int, generator) -> torch.Tensor:
+    "[rows, 2, spans - 1] cut slots: where gaps (in kept tokens) and spans (in noise tokens) are split"
+    return random_cuts(rows, [length - num_noise - 1, num_noise - 1], num_spans - 1, generator)
 
 
 def random_spans_noise_mask(length: int,  # tokens per row
@@ -76,38 +137,81 @@ def random_spans_noise_mask(length: int,  # tokens per row
                             batch: int | None = None,  # rows to draw at once; None: one row, shape [length]
                             ) -> torch.Tensor:
     "T5 noise mask(s): exactly T5's count of noise tokens in round(noise/mean_span) spans, gap first, span last"
-    _check_noise(noise_density, mean_noise_span_length)
-    num_noise, num_spans = noise_counts(length, noise_density, mean_noise_span_length)
-    if num_spans > num_noise:
-        raise SpanCorruptionError(f"mean_noise_span_length={mean_noise_span_length} gives {num_spans} spans for "
-                                  f"{num_noise} noise tokens: use a mean span length >= 1.")
-    if length - num_noise < num_spans:
-        raise SpanCorruptionError(f"length={length} cannot hold {num_spans} spans with a gap before each: "
-                                  "use longer rows or a longer mean_noise_span_length.")
+    num_noise, num_spans = _spans_checked(length, noise_density, mean_noise_span_length)
     rows = 1 if batch is None else batch
-    noise = _random_segmentation(rows, num_noise, num_spans, generator)
-    gaps = _random_segmentation(rows, length - num_noise, num_spans, generator)
+    cuts = _random_span_cuts(rows, length, num_noise, num_spans, generator)
+    totals = torch.tensor([[length - num_noise], [num_noise]]).expand(rows, 2, 1)
+    gaps, noise = torch.cat([cuts.new_zeros(rows, 2, 1), cuts + 1, totals], 2).diff(dim=2).unbind(1)
     starts = torch.stack([gaps, noise], dim=2).reshape(rows, 2 * num_spans).cumsum(dim=1)[:, :-1]
     indicator = torch.zeros(rows, length, dtype=torch.long).scatter_(1, starts, 1)
     mask = indicator.cumsum(dim=1) % 2 == 1
     return mask[0] if batch is None else mask
 
-# %% ../nbs/02_span_corruption.ipynb #ccc2b242
-def _sentinelize(ids: torch.Tensor, drop: torch.Tensor, first_sentinel: int, eos_id: int) -> torch.Tensor:
-    "Replace each run of `drop` by one descending sentinel, remove the run's other tokens, append EOS"
-    starts = drop & ~torch.nn.functional.pad(drop, (1, 0))[:, :-1]
-    out = torch.where(starts, first_sentinel + 1 - starts.long().cumsum(dim=1), ids)
-    keep = ~(drop & ~starts)
-    out = out[keep].view(ids.shape[0], -1)
-    return torch.cat([out, out.new_full((ids.shape[0], 1), eos_id)], dim=1)
+# %% ../nbs/02_span_corruption.ipynb #179e9a63
+class _SpanCorruptor:
+    "Corrupts rows of `raw_length` tokens given their span cut points: T5 inputs, labels, decoder inputs"
+
+    def __init__(self, raw_length: int, num_noise: int, num_spans: int, first_sentinel: int, eos_id: int, pad_id: int):
+        K, I, T = num_spans, raw_length - num_noise + num_spans + 1, num_noise + num_spans + 1
+        self.num_spans, self.inputs_length, self.eos_id, self.pad_id = K, I, eos_id, pad_id
+        # source increments over [inputs | one slot to restart at raw token 0 | labels]: 1 inside runs
+        self.increments = torch.ones(I + 1 + T, dtype=torch.long)
+        self.increments[0], self.increments[I], self.increments[-1] = 0, 1 - raw_length, 0
+        k = torch.arange(K)
+        # sentinel k of the inputs sits after k + 1 gaps: at gap cut k + k; in the labels at noise cut k + k,
+        # where the last gap ends at the kept-token total and the first span starts at noise token 0;
+        # a 0 in front and the labels' last noise position behind make the jumps plain differences
+        self.gap_end, self.noise_start = torch.full((1, 1), raw_length - num_noise - 1), torch.full((1, 1), -1)
+        self.bounds = torch.tensor([[0, T - 2]])
+        self.column_offsets = torch.cat([torch.zeros(1, dtype=torch.long), k + 1, k + 1, torch.zeros(1, dtype=torch.long)])
+        self.sentinels = (first_sentinel - k).view(1, K)
+
+    def __call__(self, ids: torch.Tensor, cuts: torch.Tensor) -> dict[str, torch.Tensor]:
+        B, K, I = ids.shape[0], self.num_spans, self.inputs_length
+        columns = torch.cat([self.bounds[:, :1].expand(B, 1), cuts[:, 0], self.gap_end.expand(B, 1),
+                             self.noise_start.expand(B, 1), cuts[:, 1], self.bounds[:, 1:].expand(B, 1)], 1) + self.column_offsets
+        input_sentinels, label_sentinels = columns[:, 1:K + 1], columns[:, K + 1:2 * K + 1]
+        jumps = columns.diff(dim=1) - 1          # [gap k − 1 … | (unused) | span k − 1 …], the ends adjusted
+        source = self.increments.expand(B, -1).clone()
+        source.scatter_(1, input_sentinels + 1, jumps[:, K + 1:])           # after input sentinel k: skip span k
+        source.scatter_(1, label_sentinels + (I + 2), jumps[:, :K])         # after label sentinel k: skip gap k
+        source.cumsum_(1)
+        sentinels = self.sentinels.expand(B, K)
+        inputs = ids.gather(1, source[:, :I]).scatter_(1, input_sentinels, sentinels)
+        labels = ids.gather(1, source[:, I + 1:]).scatter_(1, label_sentinels, sentinels)
+        inputs[:, -1] = labels[:, -1] = self.eos_id
+        decoder_input_ids = torch.cat([labels.new_full((B, 1), self.pad_id), labels[:, :-1]], 1)
+        return {"input_ids": inputs, "labels": labels, "decoder_input_ids": decoder_input_ids}
+
+
+def _mask_to_cuts(mask: torch.Tensor) -> torch.Tensor:
+    "Cut slots [B, 2, spans - 1] of T5-layout noise masks (the inverse of `random_spans_noise_mask`)"
+    B = mask.shape[0]
+    starts = mask & ~torch.nn.functional.pad(mask, (1, 0))[:, :-1]
+    ends = mask & ~torch.nn.functional.pad(mask, (0, 1))[:, 1:]
+    spans, noise = starts.sum(1), mask.sum(1)
+    if mask[:, 0].any() or not mask[:, -1].all() or (spans != spans[0]).any() or (noise != noise[0]).any():
+        raise SpanCorruptionError("corrupt_spans takes T5 noise masks: each row starts with kept tokens, ends "
+                                  "inside a span and has the same numbers of noise tokens and spans; draw them "
+                                  "with random_spans_noise_mask.")
+    K = int(spans[0])
+    span_start = starts.nonzero()[:, 1].view(B, K)
+    span_length = ends.nonzero()[:, 1].view(B, K) + 1 - span_start
+    noise_through = span_length.cumsum(1)                    # noise tokens up to the end of span k
+    gaps_through = span_start - (noise_through - span_length)  # kept tokens before span k
+    return torch.stack([gaps_through[:, :-1], noise_through[:, :-1]], 1) - 1
 
 
 def corrupt_spans(ids: torch.Tensor,  # [B, raw_length] token ids
-                  mask: torch.Tensor,  # [B, raw_length] bool noise mask, same count of noise/spans per row
+                  mask: torch.Tensor,  # [B, raw_length] T5 noise masks, as drawn by random_spans_noise_mask
                   first_sentinel: int,  # id of <extra_id_0>: len(tokenizer) - 1
                   eos_id: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     "(inputs, targets) of T5 span corruption for a batch of rows and their noise masks"
-    return _sentinelize(ids, mask, first_sentinel, eos_id), _sentinelize(ids, ~mask, first_sentinel, eos_id)
+    cuts = _mask_to_cuts(mask)
+    num_noise = int(mask[0].sum())
+    corrupt = _SpanCorruptor(ids.shape[1], num_noise, cuts.shape[2] + 1, first_sentinel, eos_id, 0)
+    out = corrupt(ids, cuts)
+    return out["input_ids"], out["labels"]
 
 # %% ../nbs/02_span_corruption.ipynb #a65b3dbb
 def uncorrupt(inputs: Sequence[int], targets: Sequence[int], first_sentinel: int, eos_id: int = 1) -> list[int]:
@@ -154,6 +258,9 @@ class SpanCorruptionCollator:
         except TokenizerError as e:
             raise SpanCorruptionError(f"Span corruption with {num_spans} spans per row: {e}") from None
         self.first_sentinel, self.eos_id, self.pad_id = self.sentinels[0], tokenizer.eos_token_id, tokenizer.pad_token_id
+        self.num_noise, self.num_spans = _spans_checked(self.raw_length, noise_density, mean_noise_span_length)
+        self._corrupt = _SpanCorruptor(self.raw_length, self.num_noise, num_spans, self.first_sentinel, self.eos_id,
+                                       self.pad_id)
         self.generator = torch.Generator().manual_seed(seed)
 
     def _as_tensor(self, rows) -> torch.Tensor:
@@ -170,18 +277,15 @@ class SpanCorruptionCollator:
             raise SpanCorruptionError(f"Chunks of shape {tuple(ids.shape)}: inputs_length={self.inputs_length} needs "
                                       f"rows of exactly {self.raw_length} raw tokens; pack with "
                                       f"pack_dataset(ds, tok, {self.raw_length}).")
-        if ids.numel() and int(ids.max()) > self.first_sentinel - NUM_SENTINELS:
-            raise SpanCorruptionError(f"Raw rows already contain sentinel ids (max id {int(ids.max())}): "
+        if ids.numel() and int(torch.amax(ids)) > self.first_sentinel - NUM_SENTINELS:
+            raise SpanCorruptionError(f"Raw rows already contain sentinel ids (max id {int(torch.amax(ids))}): "
                                       "pack plain text, not corrupted rows.")
         return ids.long()
 
     def __call__(self, rows) -> dict[str, torch.Tensor]:
         ids = self._as_tensor(rows)
-        mask = random_spans_noise_mask(self.raw_length, self.noise_density, self.mean_noise_span_length,
-                                       generator=self.generator, batch=ids.shape[0])
-        inputs, labels = corrupt_spans(ids, mask, self.first_sentinel, self.eos_id)
-        decoder_input_ids = torch.cat([labels.new_full((labels.shape[0], 1), self.pad_id), labels[:, :-1]], dim=1)
-        return {"input_ids": inputs, "labels": labels, "decoder_input_ids": decoder_input_ids}
+        cuts = _random_span_cuts(ids.shape[0], self.raw_length, self.num_noise, self.num_spans, self.generator)
+        return self._corrupt(ids, cuts)
 
     def state_dict(self) -> dict:
         return {"generator": self.generator.get_state()}

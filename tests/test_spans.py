@@ -62,3 +62,53 @@ def test_output_lengths_match_the_formula(inputs_length, density, mean_span, see
                                                     (1024, (1137, 229))])
 def test_nanot5_lengths(inputs_length, expected):
     assert compute_input_and_target_lengths(inputs_length, 0.15, 3.0) == expected
+
+
+def word_level_tokenizer(n_words=1000):
+    "A tiny fast tokenizer with pad 0, eos 1 and T5's 100 sentinels on top: <extra_id_0> = len - 1"
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{f"w{i}": i for i in range(3, n_words)},
+             **{f"<extra_id_{i}>": n_words + 99 - i for i in range(100)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+
+
+TOKENIZER = word_level_tokenizer()
+
+
+@settings(max_examples=60, deadline=None)
+@given(inputs_length=st.integers(4, 700), density=st.floats(0.05, 0.6), mean_span=st.floats(1.0, 8.0),
+       seed=st.integers(0, 2**31))
+def test_collator_is_mask_then_corrupt(inputs_length, density, mean_span, seed):
+    "The fast collator draws exactly random_spans_noise_mask's masks and corrupts them like corrupt_spans"
+    from nanot5_edu.spans import SpanCorruptionCollator
+    try:
+        collate = SpanCorruptionCollator(TOKENIZER, inputs_length, density, mean_span, seed=seed)
+    except SpanCorruptionError:
+        assume(False)
+    ids = torch.randint(3, 1000, (4, collate.raw_length), generator=torch.Generator().manual_seed(seed))
+    state = collate.state_dict()["generator"]
+    batch = collate(ids)
+    mask = random_spans_noise_mask(collate.raw_length, density, mean_span,
+                                   torch.Generator().set_state(state), batch=4)
+    inputs, targets = corrupt_spans(ids, mask, collate.first_sentinel)
+    assert torch.equal(batch["input_ids"], inputs) and torch.equal(batch["labels"], targets)
+    assert batch["decoder_input_ids"][:, 0].eq(0).all() and torch.equal(batch["decoder_input_ids"][:, 1:], targets[:, :-1])
+    assert all(t.is_contiguous() and t.dtype == torch.long for t in batch.values())
+    assert batch["input_ids"].shape == (4, inputs_length) and batch["labels"].shape == (4, collate.targets_length)
+
+
+def test_random_cuts_stays_exact_over_extra_rounds(monkeypatch):
+    "Rows short of distinct values draw again; forced here with rounds of only `count` draws"
+    import nanot5_edu.spans as spans
+    monkeypatch.setattr(spans, "_draws_per_round", lambda size, count: count)
+    spans._cut_layout.cache_clear()
+    try:
+        cuts = spans.random_cuts(30_000, [6, 200], 3, torch.Generator().manual_seed(0))
+    finally:
+        spans._cut_layout.cache_clear()
+    assert cuts.shape == (30_000, 2, 3) and (cuts.diff(dim=2) > 0).all()
+    assert cuts[:, 0].min() >= 0 and cuts[:, 0].max() < 6 and cuts[:, 1].max() < 200
+    subsets = (cuts[:, 0] * torch.tensor([36, 6, 1])).sum(1).unique(return_counts=True)[1]
+    assert len(subsets) == 20 and (subsets - 1500).abs().max() < 5 * 1500 ** 0.5   # all 20 sets equally likely
