@@ -104,12 +104,11 @@ def random_cuts(batch: int,  # rows
         first_hit = torch.full((batch, width), n_draws, dtype=draw_no.dtype).scatter_reduce_(
             1, draws.view(batch, -1), draw_no.expand(batch, -1), "amin")            # first draw of each value
         is_new = (first_hit.gather(1, draws.view(batch, -1)) == draw_no).view(batch, S, n_draws)
-        completing_draw = (is_new.cumsum(2, dtype=draw_no.dtype) < count).sum(2, dtype=draw_no.dtype)
-        if completing_draw.max() < n_draws:   # every row has `count` distinct values of each range
+        distinct = is_new.cumsum(2, dtype=draw_no.dtype)
+        if distinct[:, :, -1].min() >= count:   # every row has `count` distinct values of each range
             break
-    kept = torch.empty(batch, width, dtype=torch.bool)
-    for s, (o, n) in enumerate(zip(offsets, sizes)):
-        torch.le(first_hit[:, o:o + n], completing_draw[:, s:s + 1], out=kept[:, o:o + n])
+    taken = (is_new & (distinct <= count)).view(batch, -1).to(torch.uint8)   # the first `count` new draws
+    kept = torch.zeros(batch, width, dtype=torch.uint8).scatter_add_(1, draws.view(batch, -1), taken)
     return kept.nonzero()[:, 1].view(batch, S, count) - offset_column
 
 # %% ../nbs/02_span_corruption.ipynb #827d1421
