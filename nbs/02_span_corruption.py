@@ -314,8 +314,8 @@ for name, fn in [("topk draft", topk_cuts), ("random_cuts", random_cuts)]:
     print(f"{name:12} {min(timeit.repeat(lambda: fn(128, [482, 84], 27, gen), number=50, repeat=3)) / 50 * 1e6:6.0f} µs per batch")
 
 # %% [markdown]
-# Exactly uniform? On a case small enough to enumerate — 2 values out of 6, 15 possible sets — every set
-# turns up equally often, within sampling noise:
+# Exactly uniform? On cases small enough to enumerate — 2 values out of 6 or out of 9, 15 or 36 possible
+# sets — every set turns up equally often, within sampling noise:
 
 # %%
 from itertools import combinations
