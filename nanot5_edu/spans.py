@@ -90,8 +90,8 @@ def random_cuts(batch: int,  # rows
                 generator: torch.Generator | None = None) -> torch.Tensor:
     "[batch, len(sizes), count]: `count` distinct values of each range(n), sorted, every set equally likely"
     sizes = tuple(sizes)
-    if count == 0:
-        return torch.zeros(batch, len(sizes), 0, dtype=torch.long)
+    if count == 0 or batch == 0:
+        return torch.zeros(batch, len(sizes), count, dtype=torch.long)
     per_round, offsets, offset_column, draw_no = _cut_layout(sizes, count)
     S, width, draws = len(sizes), sum(sizes), None
     while True:  # one round unless a row is ~6 sd unlucky

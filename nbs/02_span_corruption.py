@@ -272,8 +272,8 @@ def random_cuts(batch: int,  # rows
                 generator: torch.Generator | None = None) -> torch.Tensor:
     "[batch, len(sizes), count]: `count` distinct values of each range(n), sorted, every set equally likely"
     sizes = tuple(sizes)
-    if count == 0:
-        return torch.zeros(batch, len(sizes), 0, dtype=torch.long)
+    if count == 0 or batch == 0:
+        return torch.zeros(batch, len(sizes), count, dtype=torch.long)
     per_round, offsets, offset_column, draw_no = _cut_layout(sizes, count)
     S, width, draws = len(sizes), sum(sizes), None
     while True:  # one round unless a row is ~6 sd unlucky
@@ -623,6 +623,7 @@ test_eq({k: tuple(v.shape) for k, v in batch.items()},
         {"input_ids": (8, 128), "labels": (8, 29), "decoder_input_ids": (8, 29)})
 test_eq(batch["decoder_input_ids"][:, 0].tolist(), [0] * 8)
 test_eq(batch["decoder_input_ids"][:, 1:], batch["labels"][:, :-1])
+test_eq(collate(torch.zeros(0, 141, dtype=torch.long))["labels"].shape, (0, 29))   # an empty batch stays empty
 test_eq(uncorrupt(batch["input_ids"][3].tolist(), batch["labels"][3].tolist(), collate.first_sentinel), rows128[3]["input_ids"])
 state = collate.state_dict(); b1 = collate(torch.tensor(rows128[:4]["input_ids"]))
 same_masks = random_spans_noise_mask(141, generator=torch.Generator().set_state(state["generator"]), batch=4)
