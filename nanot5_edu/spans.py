@@ -98,17 +98,17 @@ def random_cuts(batch: int,  # rows
         more = torch.stack([torch.randint(o, o + n, (batch, per_round), generator=generator)
                             for o, n in zip(offsets, sizes)], 1)
         draws = more if draws is None else torch.cat([draws, more], 2)
-        n_draws = draws.shape[2]
+        n_draws, flat = draws.shape[2], draws.view(batch, -1)
         if n_draws > per_round:
             draw_no = _draw_numbers(n_draws, S)
         first_hit = torch.full((batch, width), n_draws, dtype=draw_no.dtype).scatter_reduce_(
-            1, draws.view(batch, -1), draw_no.expand(batch, -1), "amin")            # first draw of each value
-        is_new = (first_hit.gather(1, draws.view(batch, -1)) == draw_no).view(batch, S, n_draws)
+            1, flat, draw_no.expand(batch, -1), "amin")                              # first draw of each value
+        is_new = (first_hit.gather(1, flat) == draw_no).view(batch, S, n_draws)
         distinct = is_new.cumsum(2, dtype=draw_no.dtype)
         if distinct[:, :, -1].min() >= count:   # every row has `count` distinct values of each range
             break
     taken = (is_new & (distinct <= count)).view(batch, -1).to(torch.uint8)   # the first `count` new draws
-    kept = torch.zeros(batch, width, dtype=torch.uint8).scatter_add_(1, draws.view(batch, -1), taken)
+    kept = torch.zeros(batch, width, dtype=torch.uint8).scatter_add_(1, flat, taken)
     return kept.nonzero()[:, 1].view(batch, S, count) - offset_column
 
 # %% ../nbs/02_span_corruption.ipynb #827d1421
@@ -248,7 +248,8 @@ class SpanCorruptionCollator:
         self.inputs_length, self.noise_density, self.mean_noise_span_length = inputs_length, noise_density, mean_noise_span_length
         self.raw_length, self.targets_length = compute_input_and_target_lengths(inputs_length, noise_density,
                                                                                 mean_noise_span_length)
-        num_spans = noise_counts(self.raw_length, noise_density, mean_noise_span_length)[1]
+        self.num_noise, self.num_spans = _spans_checked(self.raw_length, noise_density, mean_noise_span_length)
+        num_spans = self.num_spans
         if num_spans > NUM_SENTINELS:
             raise SpanCorruptionError(f"inputs_length={inputs_length} makes {num_spans} spans per row but T5 has "
                                       f"{NUM_SENTINELS} sentinels: raise mean_noise_span_length or shorten inputs.")
@@ -257,7 +258,6 @@ class SpanCorruptionCollator:
         except TokenizerError as e:
             raise SpanCorruptionError(f"Span corruption with {num_spans} spans per row: {e}") from None
         self.first_sentinel, self.eos_id, self.pad_id = self.sentinels[0], tokenizer.eos_token_id, tokenizer.pad_token_id
-        self.num_noise, self.num_spans = _spans_checked(self.raw_length, noise_density, mean_noise_span_length)
         self._corrupt = _SpanCorruptor(self.raw_length, self.num_noise, num_spans, self.first_sentinel, self.eos_id,
                                        self.pad_id)
         self.generator = torch.Generator().manual_seed(seed)
