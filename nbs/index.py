@@ -82,7 +82,7 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # |---|---|---|---|---|
 # | batched encoding of the corpus (2.47M tokens) | 1.30M tokens/s | 4.61M tokens/s (per-doc `sentencepiece` loop) | 0.28× | ≥ 1M tokens/s ✓ |
 # | tokenizer training, vocab 8,000 + 100 | 4.6 s | | | |
-# | span-corruption collator, batch 128 × 568 | 248k examples/s | 12.0k examples/s (per-example numpy, HF flax algorithm) | 20.6× (4 runs: 20.5–20.6×) | 20× ✓ (thin margin) |
+# | span-corruption collator, batch 128 × 568 | 248k examples/s | 12.0k examples/s (per-example numpy, HF flax algorithm) | 20.6× (last 10 runs: 20.0–21.2×) | 20× ✓ (thin margin) |
 # | tokenize + pack + corrupt, embedded corpus | 1.1–1.3M raw tokens/s | 700k/s (T5-Base at 50% MFU on an H200) | ≥ 1.57× | ✓ |
 # | train step, tiny, b32, 128→32, fp32 / bf16 | 0.875 / 0.598 s | HF T5: 1.117 / 0.818 s | 1.28× / 1.37× | 1.5× ✗ |
 # | train step, t5-v1_1-small, b8, 512→114, fp32 / bf16 | 5.99 / 3.27 s | HF T5: 5.74 / 4.60 s | 0.96× / 1.41× | 1.5× ✗ |
