@@ -386,9 +386,9 @@ class T5(nn.Module):
         return Seq2SeqOutput(logits=logits, loss=loss, encoder_last_hidden_state=encoder_out)
 
     @torch.no_grad()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int = 32,
-                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        "Greedy decoding with a KV cache; rows start with the decoder start token and pad after their EOS"
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int = 32, attention_mask: torch.Tensor | None = None,
+                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        "Greedy (or top-k sampled) decoding with a KV cache; rows start with the decoder start token and pad after EOS"
         self._check(input_ids, attention_mask, None, None)
         cfg = self.config
         encoder_out = self.encode(input_ids, attention_mask)
@@ -397,7 +397,13 @@ class T5(nn.Module):
         past = None
         for _ in range(max_new_tokens):
             h, past = self.decoder(out[:, -1:], encoder_out=encoder_out, encoder_mask=attention_mask, past=past)
-            next_token = self.head(h[:, -1]).argmax(-1)
+            logits = self.head(h[:, -1]).float()
+            if top_k:  # sample among the k most likely tokens, in proportion to their probabilities
+                best, best_ids = logits.topk(top_k, dim=-1)
+                pick = torch.multinomial(best.softmax(-1).cpu(), 1, generator=generator).to(best_ids.device)
+                next_token = best_ids.gather(-1, pick)[:, 0]
+            else:
+                next_token = logits.argmax(-1)
             next_token = next_token.masked_fill(done, cfg.pad_token_id)
             out = torch.cat([out, next_token[:, None]], dim=1)
             done |= next_token == cfg.eos_token_id

@@ -29,7 +29,7 @@ from torch import nn
 
 # %%
 #| hide
-from fastcore.test import test_eq, test_fail, test_close
+from fastcore.test import test_eq, test_ne, test_fail, test_close
 import tempfile, random, warnings
 import numpy as np
 import matplotlib.pyplot as plt
@@ -569,9 +569,9 @@ class T5(nn.Module):
         return Seq2SeqOutput(logits=logits, loss=loss, encoder_last_hidden_state=encoder_out)
 
     @torch.no_grad()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int = 32,
-                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        "Greedy decoding with a KV cache; rows start with the decoder start token and pad after their EOS"
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int = 32, attention_mask: torch.Tensor | None = None,
+                 top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        "Greedy (or top-k sampled) decoding with a KV cache; rows start with the decoder start token and pad after EOS"
         self._check(input_ids, attention_mask, None, None)
         cfg = self.config
         encoder_out = self.encode(input_ids, attention_mask)
@@ -580,7 +580,13 @@ class T5(nn.Module):
         past = None
         for _ in range(max_new_tokens):
             h, past = self.decoder(out[:, -1:], encoder_out=encoder_out, encoder_mask=attention_mask, past=past)
-            next_token = self.head(h[:, -1]).argmax(-1)
+            logits = self.head(h[:, -1]).float()
+            if top_k:  # sample among the k most likely tokens, in proportion to their probabilities
+                best, best_ids = logits.topk(top_k, dim=-1)
+                pick = torch.multinomial(best.softmax(-1).cpu(), 1, generator=generator).to(best_ids.device)
+                next_token = best_ids.gather(-1, pick)[:, 0]
+            else:
+                next_token = logits.argmax(-1)
             next_token = next_token.masked_fill(done, cfg.pad_token_id)
             out = torch.cat([out, next_token[:, None]], dim=1)
             done |= next_token == cfg.eos_token_id
@@ -735,6 +741,18 @@ for cfg in test_configs:
     if not cfg.tie_word_embeddings:    # a tied head at init keeps repeating the start token; untied ones vary
         test_eq(len(generated.unique()) > 10, True)
     print(generated)
+
+# %% [markdown]
+# `top_k=k` samples each token among the *k* most likely instead of taking the best one (more varied text,
+# e.g. for filling blanks in 05). With `top_k=1` it is greedy decoding again, and a seeded generator makes a
+# sample repeatable:
+
+# %%
+sampled = ours.generate(ids, 12, attention_mask=am, top_k=1, generator=torch.Generator().manual_seed(0))
+test_eq(sampled.tolist(), generated.tolist())
+draw = lambda seed: ours.generate(ids, 12, attention_mask=am, top_k=50, generator=torch.Generator().manual_seed(seed))
+test_eq(draw(5).tolist(), draw(5).tolist())
+test_ne(draw(5).tolist(), generated.tolist())
 
 # %% [markdown]
 # ## The LM-head fix, measured
