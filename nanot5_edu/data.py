@@ -9,7 +9,6 @@ import codecs
 import csv
 import glob as globlib
 import os
-import socket
 import statistics
 from importlib import resources
 from pathlib import Path
@@ -17,8 +16,9 @@ from pathlib import Path
 import datasets
 
 # %% auto #0
-__all__ = ['SOTU_VALIDATION_YEAR_DIGIT', 'TEXT_SUFFIXES', 'VALIDATION_EVERY', 'C4_TEXT_COLUMNS', 'NAMED_CORPORA', 'CorpusError',
-           'load_sotu', 'load_files', 'load_c4', 'load_corpus', 'corpus_stats', 'format_stats']
+__all__ = ['SOTU_VALIDATION_YEAR_DIGIT', 'TEXT_SUFFIXES', 'VALIDATION_EVERY', 'C4_TEXT_COLUMNS', 'OFFLINE_VARS', 'NAMED_CORPORA',
+           'FILE_OPTIONS', 'CorpusError', 'load_sotu', 'load_files', 'load_c4', 'load_corpus', 'corpus_stats',
+           'format_stats']
 
 # %% ../nbs/00_data.ipynb #de34edba
 class CorpusError(ValueError):
@@ -140,49 +140,62 @@ def load_files(spec: str, split: str = "train", txt_doc_per_file: bool | None = 
 
 # %% ../nbs/00_data.ipynb #0bc7d195
 C4_TEXT_COLUMNS = ["text"]
+OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")  # the Hugging Face switches that forbid network access
 
 
-def _offline_reason(host: str = "huggingface.co", timeout: float = 3.0) -> str | None:
-    "Why the hub cannot be used now, or None when it can"
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+def _offline_setting() -> str | None:
+    "The offline switch that is set (as 'NAME=value'), or None; reads the environment only, never the network"
+    for var in OFFLINE_VARS:
         if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
-            return f"{var}={os.environ[var]} is set"
-    try:
-        socket.create_connection((host, 443), timeout=timeout).close()
-    except OSError as e:
-        return f"{host} cannot be reached ({e.__class__.__name__})"
+            return f"{var}={os.environ[var]}"
     return None
+
+
+_C4_ADVICE = ("or pre-train on local files instead: `load_corpus('path/to/*.jsonl')` "
+              "(or 'sotu' for the embedded corpus).")
 
 
 def load_c4(split: str = "train") -> datasets.IterableDataset:
     "nanoT5's corpus: `allenai/c4` config `en`, streamed (needs internet)"
     _check_split(split)
-    reason = _offline_reason()
-    if reason:
-        raise CorpusError(f"C4 is streamed from the Hugging Face hub, but {reason}. Unset the offline "
-                          "setting on a machine with internet, or pre-train on local files instead: "
-                          "`load_corpus('path/to/*.jsonl')` (or 'sotu' for the embedded corpus).")
-    ds = datasets.load_dataset("allenai/c4", "en", split=split, streaming=True)
+    setting = _offline_setting()
+    if setting:
+        raise CorpusError(f"C4 is streamed from the Hugging Face hub, but {setting} is set. Unset it on a "
+                          "machine with internet, " + _C4_ADVICE)
+    try:
+        ds = datasets.load_dataset("allenai/c4", "en", split=split, streaming=True)
+    except (ConnectionError, OSError) as e:  # requests' and huggingface_hub's connection errors derive from these
+        raise CorpusError(f"C4 is streamed from the Hugging Face hub, which cannot be reached "
+                          f"({e.__class__.__name__}). Check the connection, " + _C4_ADVICE) from e
     return ds.select_columns(C4_TEXT_COLUMNS)
 
 # %% ../nbs/00_data.ipynb #a10f7e69
 NAMED_CORPORA = {"sotu": load_sotu, "c4": load_c4}
+FILE_OPTIONS = ("txt_doc_per_file",)  # keyword options of `load_files`, the only ones `load_corpus` passes on
 
 
 def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', or a path/folder/glob of .txt/.json/.jsonl/.parquet
                 split: str = "train",  # 'train' or 'validation'
-                **kwargs) -> datasets.Dataset | datasets.IterableDataset:
+                **kwargs,  # options for local files (`txt_doc_per_file`); named corpora take none
+                ) -> datasets.Dataset | datasets.IterableDataset:
     "Load a corpus as a Dataset (IterableDataset for C4) with a `text` column"
     _check_split(split)
     if not isinstance(spec, (str, os.PathLike)) or not str(spec).strip():
         raise CorpusError(f"Corpus spec must be a non-empty string, got {spec!r}: use 'sotu', 'c4' or a path.")
     spec = str(spec)
     if spec in NAMED_CORPORA:
+        if kwargs:
+            raise CorpusError(f"load_corpus({spec!r}) takes no options, got {', '.join(sorted(kwargs))}: options "
+                              f"({', '.join(FILE_OPTIONS)}) apply to local files only.")
         return NAMED_CORPORA[spec](split)
     looks_like_path = any(c in spec for c in "/\\*?[") or Path(spec).suffix or Path(spec).exists()
     if not looks_like_path:
         raise CorpusError(f"Unknown corpus spec {spec!r}: use one of {sorted(NAMED_CORPORA)} "
                           "or a path/glob to .txt/.json/.jsonl/.parquet files.")
+    unknown = sorted(set(kwargs) - set(FILE_OPTIONS))
+    if unknown:
+        raise CorpusError(f"Unknown option(s) {', '.join(unknown)} for local files: the options are "
+                          f"{', '.join(FILE_OPTIONS)}.")
     return load_files(spec, split, **kwargs)
 
 # %% ../nbs/00_data.ipynb #87c151bf

@@ -28,7 +28,6 @@ import codecs
 import csv
 import glob as globlib
 import os
-import socket
 import statistics
 from importlib import resources
 from pathlib import Path
@@ -66,9 +65,9 @@ class CorpusError(ValueError):
 # of the package's own API.
 #
 # A validation split must be **fixed**: if it were drawn at random at run time, two runs would report
-# losses on different text. We hold out every speech from a year ending in 5 (1795, 1805, …, 2025):
-# about a tenth of the documents, spread over all 23 decades so the validation set has the same
-# mix of 18th-century and modern English as the training set.
+# losses on different text. We hold out every speech from a year ending in 5 (1795, 1805, …, 2015; there
+# is no 2025 speech): about a tenth of the documents, from 23 of the corpus's 24 decades (all but the
+# 2020s), so the validation set has the same mix of 18th-century and modern English as the training set.
 
 # %%
 #| export
@@ -111,6 +110,9 @@ sotu_train, sotu_valid = load_sotu("train"), load_sotu("validation")
 test_eq(sotu_train.column_names[0], "text")
 test_eq(set(sotu_valid["year"]) & set(sotu_train["year"]), set())  # no year in both splits
 test_eq(all(y % 10 == 5 for y in sotu_valid["year"]), True)
+test_eq((min(sotu_valid["year"]), max(sotu_valid["year"])), (1795, 2015))       # the prose above: no 2025 speech
+test_eq(len({y // 10 for y in sotu_valid["year"]}), 23)
+test_eq(len({y // 10 for y in sotu_train["year"]} | {y // 10 for y in sotu_valid["year"]}), 24)
 assert 0.05 < len(sotu_valid) / (len(sotu_train) + len(sotu_valid)) < 0.15
 sotu_train, sotu_valid
 
@@ -251,44 +253,61 @@ test_fail(lambda: load_files(str(tmp / "one" / "all.txt"), txt_doc_per_file=True
 # ## C4, the real thing
 #
 # nanoT5 pre-trains on `allenai/c4` (config `en`), streamed so nothing is downloaded up front. We keep that
-# exact code path. Without network access `datasets` would retry for a long time before giving up, so we
-# check first: if `HF_DATASETS_OFFLINE`/`HF_HUB_OFFLINE` is set, or the hub cannot be reached in 3 seconds,
-# we stop at once with a message that names the setting and the local-files alternative.
+# exact code path. Two ways it can fail, both turned into one clear message:
+#
+# - **Offline on purpose.** `HF_HUB_OFFLINE`/`HF_DATASETS_OFFLINE` say "never touch the network" (CI, a
+#   cluster node without internet). Then we stop at once, before `datasets` is asked anything and without
+#   opening a socket, and name the setting and the local-files alternative.
+# - **Offline by accident.** Otherwise we just try. Probing the hub ourselves first would cost a network
+#   round trip on every call and still not prove that the download works, so we don't. If `datasets` cannot
+#   reach the hub (it retries for about half a minute first), its connection error is re-raised as a
+#   `CorpusError` with the same advice.
 
 # %%
 #| export
 C4_TEXT_COLUMNS = ["text"]
+OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")  # the Hugging Face switches that forbid network access
 
 
-def _offline_reason(host: str = "huggingface.co", timeout: float = 3.0) -> str | None:
-    "Why the hub cannot be used now, or None when it can"
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+def _offline_setting() -> str | None:
+    "The offline switch that is set (as 'NAME=value'), or None; reads the environment only, never the network"
+    for var in OFFLINE_VARS:
         if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
-            return f"{var}={os.environ[var]} is set"
-    try:
-        socket.create_connection((host, 443), timeout=timeout).close()
-    except OSError as e:
-        return f"{host} cannot be reached ({e.__class__.__name__})"
+            return f"{var}={os.environ[var]}"
     return None
+
+
+_C4_ADVICE = ("or pre-train on local files instead: `load_corpus('path/to/*.jsonl')` "
+              "(or 'sotu' for the embedded corpus).")
 
 
 def load_c4(split: str = "train") -> datasets.IterableDataset:
     "nanoT5's corpus: `allenai/c4` config `en`, streamed (needs internet)"
     _check_split(split)
-    reason = _offline_reason()
-    if reason:
-        raise CorpusError(f"C4 is streamed from the Hugging Face hub, but {reason}. Unset the offline "
-                          "setting on a machine with internet, or pre-train on local files instead: "
-                          "`load_corpus('path/to/*.jsonl')` (or 'sotu' for the embedded corpus).")
-    ds = datasets.load_dataset("allenai/c4", "en", split=split, streaming=True)
+    setting = _offline_setting()
+    if setting:
+        raise CorpusError(f"C4 is streamed from the Hugging Face hub, but {setting} is set. Unset it on a "
+                          "machine with internet, " + _C4_ADVICE)
+    try:
+        ds = datasets.load_dataset("allenai/c4", "en", split=split, streaming=True)
+    except (ConnectionError, OSError) as e:  # requests' and huggingface_hub's connection errors derive from these
+        raise CorpusError(f"C4 is streamed from the Hugging Face hub, which cannot be reached "
+                          f"({e.__class__.__name__}). Check the connection, " + _C4_ADVICE) from e
     return ds.select_columns(C4_TEXT_COLUMNS)
 
+
+# %% [markdown]
+# With an offline switch set, `load_c4` fails at once with a message that names the switch (the tests in
+# `tests/test_data.py` also check that no socket is opened, and that a hub that cannot be reached gives the
+# same advice):
 
 # %%
 _old = os.environ.get("HF_DATASETS_OFFLINE")
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 test_fail(lambda: load_c4(), contains="_OFFLINE=1 is set")
 test_fail(lambda: load_c4(), contains="load_corpus('path/to/*.jsonl')")
+try: load_c4()
+except CorpusError as e: print(e)
 if _old is None: del os.environ["HF_DATASETS_OFFLINE"]
 else: os.environ["HF_DATASETS_OFFLINE"] = _old
 
@@ -302,22 +321,31 @@ else: os.environ["HF_DATASETS_OFFLINE"] = _old
 # %%
 #| export
 NAMED_CORPORA = {"sotu": load_sotu, "c4": load_c4}
+FILE_OPTIONS = ("txt_doc_per_file",)  # keyword options of `load_files`, the only ones `load_corpus` passes on
 
 
 def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', or a path/folder/glob of .txt/.json/.jsonl/.parquet
                 split: str = "train",  # 'train' or 'validation'
-                **kwargs) -> datasets.Dataset | datasets.IterableDataset:
+                **kwargs,  # options for local files (`txt_doc_per_file`); named corpora take none
+                ) -> datasets.Dataset | datasets.IterableDataset:
     "Load a corpus as a Dataset (IterableDataset for C4) with a `text` column"
     _check_split(split)
     if not isinstance(spec, (str, os.PathLike)) or not str(spec).strip():
         raise CorpusError(f"Corpus spec must be a non-empty string, got {spec!r}: use 'sotu', 'c4' or a path.")
     spec = str(spec)
     if spec in NAMED_CORPORA:
+        if kwargs:
+            raise CorpusError(f"load_corpus({spec!r}) takes no options, got {', '.join(sorted(kwargs))}: options "
+                              f"({', '.join(FILE_OPTIONS)}) apply to local files only.")
         return NAMED_CORPORA[spec](split)
     looks_like_path = any(c in spec for c in "/\\*?[") or Path(spec).suffix or Path(spec).exists()
     if not looks_like_path:
         raise CorpusError(f"Unknown corpus spec {spec!r}: use one of {sorted(NAMED_CORPORA)} "
                           "or a path/glob to .txt/.json/.jsonl/.parquet files.")
+    unknown = sorted(set(kwargs) - set(FILE_OPTIONS))
+    if unknown:
+        raise CorpusError(f"Unknown option(s) {', '.join(unknown)} for local files: the options are "
+                          f"{', '.join(FILE_OPTIONS)}.")
     return load_files(spec, split, **kwargs)
 
 
@@ -348,6 +376,8 @@ test_fail(lambda: load_corpus(str(tmp / "bad" / "notext.jsonl")), contains="no '
 test_fail(lambda: load_corpus("wikipedia"), contains="Unknown corpus spec 'wikipedia'")
 test_fail(lambda: load_corpus(""), contains="non-empty string")
 test_fail(lambda: load_corpus("sotu", split="test"), contains="use 'train' or 'validation'")
+test_fail(lambda: load_corpus("sotu", txt_doc_per_file=True), contains="load_corpus('sotu') takes no options")
+test_fail(lambda: load_corpus(str(tmp / "docs.jsonl"), txt_per_doc=True), contains="Unknown option(s) txt_per_doc")
 
 # %%
 try: load_corpus(str(tmp / "bad" / "latin1.txt"))

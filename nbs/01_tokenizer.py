@@ -179,9 +179,12 @@ sorted(p.name for p in (tmp / "unigram").iterdir())
 # %% [markdown]
 # ## Unigram next to BPE
 #
-# Same corpus, same vocabulary size. Both learn whole words for frequent words; they differ on rarer words,
-# where unigram tends to keep morphemes and BPE whatever merges happened to be frequent. (The HF T5
-# converter only understands unigram models, so we compare the two with plain `sentencepiece`.)
+# Same corpus, same vocabulary size. Both learn whole words for frequent words; they differ on rarer words.
+# Neither knows any linguistics: each keeps the pieces that compress *this* corpus. Sometimes unigram's split
+# happens to fall on a morpheme boundary (`▁reestablish ment` where BPE has `▁reestabl ishment`); sometimes
+# it shatters a word that is rare in two centuries of speeches (`cybersecurity` into seven pieces, where
+# BPE keeps four). (The HF T5 converter only understands unigram models, so we compare the two with plain
+# `sentencepiece`.)
 
 # %%
 sp_models = {kind: spm.SentencePieceProcessor(model_proto=train_sentencepiece(train_texts, DEMO_VOCAB_SIZE, kind))
@@ -190,6 +193,9 @@ for w in ["Congress", "appropriations", "unconstitutionally", "cybersecurity", "
     print(f"{w:20} unigram: {' '.join(sp_models['unigram'].encode(w, out_type=str)):34} "
           f"bpe: {' '.join(sp_models['bpe'].encode(w, out_type=str))}")
 test_eq(sp_models["unigram"].encode("Congress", out_type=str), ["▁Congress"])
+pieces = {k: {w: sp.encode(w, out_type=str) for w in ("reestablishment", "cybersecurity")} for k, sp in sp_models.items()}
+test_eq(pieces["unigram"]["reestablishment"], ["▁reestablish", "ment"])          # the examples named in the prose
+assert len(pieces["unigram"]["cybersecurity"]) > len(pieces["bpe"]["cybersecurity"])
 
 # %%
 valid_texts = list(load_corpus("sotu", "validation")["text"])
@@ -245,7 +251,7 @@ print(f"train split: {sum(doc_tokens):,} tokens in {len(doc_tokens)} speeches")
 #
 # T5-Base uses 32,000 pieces (+ 100 sentinels, padded to 32,128 rows). For the CPU demo the vocabulary is
 # the biggest single cost of a small model: with `d_model = 256`, the embedding and the untied LM head hold
-# `2 · V · 256` parameters — 16.6M at V = 32,128, more than the whole transformer body of the tiny model —
+# `2 · V · 256` parameters — 16.4M at V = 32,128, more than the whole transformer body of the tiny model —
 # and the softmax over V is the largest matmul per target token. This corpus is 2M words; at 8,000 pieces
 # it already costs only ~1.2 pieces per word (above), while a 32k vocabulary would leave many pieces seen
 # a handful of times. So the demo uses **8,000 (+100 = 8,100, padded to 8,192)**; `T5_VOCAB_SIZE`
@@ -253,6 +259,7 @@ print(f"train split: {sum(doc_tokens):,} tokens in {len(doc_tokens)} speeches")
 
 # %%
 test_eq(DEMO_VOCAB_SIZE + NUM_SENTINELS <= 8192, True)
+test_eq(round(2 * 32_128 * 256 / 1e6, 1), 16.4)                     # the embedding + head count in the prose
 
 # %% [markdown]
 # ## The real T5 vocabulary

@@ -27,3 +27,81 @@ def test_cli_bad_spec_is_one_clear_line():
     assert r.returncode == 2
     assert r.stderr.startswith("error: No file matches 'no/such/*.txt'")
     assert "Traceback" not in r.stderr
+
+
+# --- load_c4 decides from the environment only; load_corpus options are checked -------------------------------
+
+import socket
+import time
+
+import pytest
+
+
+def _no_network(monkeypatch):
+    "Make any socket use fail loudly, so a test proves that none was opened"
+    def refuse(*args, **kwargs):
+        raise AssertionError("a network socket was opened")
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+
+
+@pytest.mark.parametrize("var", ["HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"])
+def test_load_c4_offline_fails_fast_without_a_socket(monkeypatch, var):
+    import datasets
+    from nanot5_edu.data import CorpusError, load_c4
+    for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv(var, "1")
+    _no_network(monkeypatch)
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("datasets was asked for C4"))
+    t0 = time.perf_counter()
+    with pytest.raises(CorpusError, match=f"{var}=1 is set") as e:
+        load_c4()
+    assert time.perf_counter() - t0 < 1.0
+    assert "load_corpus('path/to/*.jsonl')" in str(e.value)
+
+
+def test_load_c4_online_does_not_probe_the_network_first(monkeypatch):
+    import datasets
+    from nanot5_edu.data import load_c4
+    for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(v, raising=False)
+    _no_network(monkeypatch)
+    calls = []
+
+    class Streamed:
+        def select_columns(self, cols):
+            return ("selected", cols)
+
+    def fake_load_dataset(*args, **kwargs):
+        calls.append((args, kwargs))
+        return Streamed()
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    assert load_c4("validation") == ("selected", ["text"])
+    assert calls == [(("allenai/c4", "en"), {"split": "validation", "streaming": True})]
+
+
+def test_load_c4_unreachable_hub_is_a_corpus_error(monkeypatch):
+    import datasets
+    from nanot5_edu.data import CorpusError, load_c4
+    for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(v, raising=False)
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'allenai/c4' on the Hub (LocalEntryNotFoundError)")
+    monkeypatch.setattr(datasets, "load_dataset", unreachable)
+    with pytest.raises(CorpusError, match="cannot be reached") as e:
+        load_c4()
+    assert "load_corpus('path/to/*.jsonl')" in str(e.value)
+
+
+def test_load_corpus_options_are_checked_not_a_type_error(tmp_path):
+    from nanot5_edu.data import CorpusError, load_corpus
+    for spec in ("sotu", "c4"):
+        with pytest.raises(CorpusError, match=rf"load_corpus\('{spec}'\) takes no options, got txt_doc_per_file"):
+            load_corpus(spec, txt_doc_per_file=True)
+    (tmp_path / "a.txt").write_text("one\n\ntwo\n\nthree")
+    with pytest.raises(CorpusError, match=r"Unknown option\(s\) nope for local files: the options are txt_doc_per_file"):
+        load_corpus(str(tmp_path / "a.txt"), nope=1)
+    assert len(load_corpus(str(tmp_path / "a.txt"), txt_doc_per_file=False)) == 2   # the known option still works
