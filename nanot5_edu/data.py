@@ -164,7 +164,7 @@ def load_c4(split: str = "train") -> datasets.IterableDataset:
                           "machine with internet, " + _C4_ADVICE)
     try:
         ds = datasets.load_dataset("allenai/c4", "en", split=split, streaming=True)
-    except (ConnectionError, OSError) as e:  # requests' and huggingface_hub's connection errors derive from these
+    except ConnectionError as e:  # what `datasets` raises once its retries to reach the hub are spent
         raise CorpusError(f"C4 is streamed from the Hugging Face hub, which cannot be reached "
                           f"({e.__class__.__name__}). Check the connection, " + _C4_ADVICE) from e
     return ds.select_columns(C4_TEXT_COLUMNS)
