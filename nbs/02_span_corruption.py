@@ -1,14 +1,17 @@
 # %% [markdown]
 # # Span corruption: T5's pre-training objective
-# > Noise masks, sentinels, packing and `SpanCorruptionCollator`: exact to T5, vectorised in torch, explorable
+# > `corrupt_example`, the readable T5 recipe (noise mask → sentinels → input/target), packing, and the fast `SpanCorruptionCollator` proved equal to it
 
 # %% [markdown]
 # T5 learns by repairing text. Take a chunk of tokens, hide ~15% of them in short spans, replace each span by
 # one sentinel token, and train the model to output the hidden spans, each introduced by its sentinel.
 # Cheap to make (no labels), and the targets are short (≈ 22% of the input), which makes the decoder cheap.
-# This notebook builds the exact T5 recipe (as in T5's `random_spans_noise_mask` and HF's
-# `run_t5_mlm_flax.py`, which nanoT5 copies), first as a readable per-example draft in numpy, then as the
-# vectorised torch collator we export. It uses the tokenizer from [01_tokenizer](01_tokenizer.ipynb).
+#
+# This notebook first builds the exact T5 recipe (T5's `random_spans_noise_mask`, as in HF's
+# `run_t5_mlm_flax.py`, which nanoT5 copies) as a readable function on one example, `corrupt_example`, and
+# draws what it does. Then a clearly marked **Going faster** part derives the vectorised collator used in
+# training and proves it equal to the readable version. It uses the tokenizer from
+# [01_tokenizer](01_tokenizer.ipynb).
 
 # %%
 #| default_exp spans
@@ -29,7 +32,7 @@ from nanot5_edu.tokenizer import NUM_SENTINELS, TokenizerError, encode_batch, se
 # %%
 #| hide
 from fastcore.test import test_eq, test_fail, test_close
-import random, tempfile, html
+import random, tempfile
 from pathlib import Path
 import matplotlib.pyplot as plt
 from nanot5_edu.data import load_corpus
@@ -37,10 +40,13 @@ from nanot5_edu.tokenizer import train_tokenizer, DEMO_VOCAB_SIZE
 
 random.seed(0); np.random.seed(0); torch.manual_seed(0)
 
+# %% [markdown]
+# The corpus and an 8,000-piece tokenizer with 100 sentinels, as built in the two notebooks before:
+
 # %%
-#| hide
 texts = list(load_corpus("sotu")["text"])
 tok = train_tokenizer(texts, DEMO_VOCAB_SIZE, Path(tempfile.mkdtemp()) / "tok")
+test_eq(tok.convert_tokens_to_ids("<extra_id_0>"), len(tok) - 1)
 
 
 # %% [markdown]
@@ -105,49 +111,121 @@ test_eq(noise_counts(568, 0.15, 3.0), (85, 28))
 
 
 # %% [markdown]
-# ## The noise mask, drawn the readable way
+# ## The noise mask
 #
-# T5 does not mask tokens independently: it fixes the **number** of noise tokens and spans, then splits
-# the noise tokens into `s` non-empty spans and the other tokens into `s` non-empty gaps, both uniformly at
-# random, and interleaves them gap, span, gap, span… — so a row always starts with kept text and ends
-# with a span. Here is that per-example algorithm in numpy (our draft and our **reference**; the same steps
-# as HF's flax example):
+# T5 does not mask tokens independently: it fixes the **number** of noise tokens `n` and spans `s` (above),
+# then splits the noise tokens into `s` non-empty spans and the other tokens into `s` non-empty gaps, both
+# uniformly at random, and interleaves them gap, span, gap, span… — so a row always starts with kept text
+# and ends with a span. Splitting `m` items into `s` non-empty parts uniformly is choosing which `s − 1` of
+# the `m − 1` places between items start a new part: shuffle a row of `s − 1` ones and `m − s` zeros.
 
 # %%
-def random_segmentation(num_items, num_segments, rng):
-    "Split `num_items` into `num_segments` non-empty parts, uniformly at random"
-    first_in_segment = np.arange(num_items - 1) < num_segments - 1
-    rng.shuffle(first_in_segment)
-    segment_id = np.cumsum(np.pad(first_in_segment, [[1, 0]]))
-    return np.bincount(segment_id, minlength=num_segments)
+#| export
+def random_segmentation(num_items: int, num_segments: int, rng: np.random.Generator) -> np.ndarray:
+    "Lengths of `num_segments` non-empty parts of `num_items` items, every split equally likely"
+    starts_new_part = np.arange(num_items - 1) < num_segments - 1   # s - 1 True among the m - 1 places
+    rng.shuffle(starts_new_part)
+    part_of_item = np.concatenate([[0], np.cumsum(starts_new_part)])
+    return np.bincount(part_of_item, minlength=num_segments)
 
 
-def reference_noise_mask(length, noise_density, mean_noise_span_length, rng):
-    "Per-example T5 noise mask in numpy: gap, span, gap, span, …"
+def example_noise_mask(length: int,  # tokens in the row
+                       noise_density: float = 0.15,  # fraction of tokens hidden
+                       mean_noise_span_length: float = 3.0,  # mean tokens per hidden span
+                       rng: np.random.Generator | None = None) -> np.ndarray:
+    "T5's noise mask for one row (True = hidden): gap, span, gap, span, …, with T5's exact counts"
+    _check_noise(noise_density, mean_noise_span_length)
+    rng = np.random.default_rng() if rng is None else rng
     num_noise, num_spans = noise_counts(length, noise_density, mean_noise_span_length)
-    noise_lengths = random_segmentation(num_noise, num_spans, rng)
+    span_lengths = random_segmentation(num_noise, num_spans, rng)
     gap_lengths = random_segmentation(length - num_noise, num_spans, rng)
-    interleaved = np.reshape(np.stack([gap_lengths, noise_lengths], axis=1), [num_spans * 2])
-    span_starts = np.cumsum(interleaved)[:-1]
-    start_indicator = np.zeros(length, dtype=np.int8)
-    start_indicator[span_starts] = 1
-    return np.cumsum(start_indicator) % 2 == 1
+    mask = []
+    for gap, span in zip(gap_lengths, span_lengths):
+        mask += [False] * gap + [True] * span
+    return np.array(mask)
 
 
 # %%
-m = reference_noise_mask(40, 0.15, 3.0, np.random.default_rng(0))
+test_eq(random_segmentation(10, 4, np.random.default_rng(0)).sum(), 10)
+m = example_noise_mask(40, 0.15, 3.0, np.random.default_rng(0))
 print("".join("█" if x else "·" for x in m))
-test_eq((m.sum(), m[0], m[-1]), (6, False, True))
+test_eq((len(m), m.sum(), m[0], m[-1]), (40, 6, False, True))    # 6 = round(40 · 0.15) noise tokens, gap first, span last
+test_eq(int((m & ~np.r_[False, m[:-1]]).sum()), 2)               # in round(6 / 3) = 2 spans
 
 
 # %% [markdown]
-# Then each span becomes one sentinel, counting **down** from `<extra_id_0>` (the last id), continuation
-# tokens are dropped and EOS is appended. The targets are the same operation on the inverted mask: each
-# *kept* gap becomes a sentinel and the hidden tokens stay.
+# ## Sentinels: from mask to input and target
+#
+# Now the corruption itself. Walk along the row: in the **encoder input**, a kept token stays, and the first
+# token of each hidden span becomes a sentinel, the rest of the span disappears. Sentinels count **down**
+# from `<extra_id_0>` (the last id of the vocabulary). The **decoder target** is the same walk with the mask
+# inverted: each *kept* gap becomes a sentinel and the hidden tokens stay, so the target reads
+# `<extra_id_0> span 0 <extra_id_1> span 1 …`. Both end with EOS.
 
 # %%
-def reference_corrupt(ids, mask, first_sentinel, eos_id):
-    "Per-example corruption of one row (numpy): (input ids, target ids)"
+#| export
+def _replace_runs(ids: Sequence[int], hide: Sequence[bool], first_sentinel: int) -> list[int]:
+    "Keep the tokens not hidden; each run of hidden tokens becomes one sentinel, counting down from `first_sentinel`"
+    out, k = [], 0
+    for i, token in enumerate(ids):
+        if not hide[i]:
+            out.append(int(token))
+        elif i == 0 or not hide[i - 1]:   # the first token of a hidden run
+            out.append(first_sentinel - k)
+            k += 1
+    return out
+
+
+def corrupt_example(ids: Sequence[int],  # one row of raw token ids
+                    mask: Sequence[bool],  # its noise mask (True = hidden), e.g. from `example_noise_mask`
+                    first_sentinel: int,  # id of <extra_id_0>: len(tokenizer) - 1
+                    eos_id: int = 1) -> tuple[list[int], list[int]]:
+    "T5 span corruption of one row: (encoder input, decoder target), each span ↔ one sentinel, EOS at the end"
+    mask = np.asarray(mask, dtype=bool)
+    return (_replace_runs(ids, mask, first_sentinel) + [eos_id],
+            _replace_runs(ids, ~mask, first_sentinel) + [eos_id])
+
+
+# %%
+ids = list(range(100, 140))
+inp, tgt = corrupt_example(ids, m, len(tok) - 1, tok.eos_token_id)
+print("input: ", inp); print("target:", tgt)
+test_eq(len(inp), 40 - 6 + 2 + 1); test_eq(len(tgt), 6 + 2 + 1)   # T − n + s + 1 and n + s + 1
+test_eq(tgt[0], len(tok) - 1)                                       # targets start with <extra_id_0>
+
+
+# %% [markdown]
+# Nothing is lost: putting each target span back in place of its sentinel rebuilds the original row.
+# `uncorrupt` is that inverse; it also checks the fast version later.
+
+# %%
+#| export
+def uncorrupt(inputs: Sequence[int], targets: Sequence[int], first_sentinel: int, eos_id: int = 1) -> list[int]:
+    "Rebuild the raw row from one (inputs, targets) pair: each sentinel in `inputs` takes its span from `targets`"
+    spans, current = {}, None
+    for t in list(targets)[:-1]:
+        if t > first_sentinel - NUM_SENTINELS:
+            current = t; spans[t] = []
+        else:
+            spans[current].append(t)
+    out = []
+    for t in list(inputs)[:-1]:
+        out.extend(spans[t] if t in spans else [t])
+    return out
+
+
+# %%
+test_eq(uncorrupt(inp, tgt, len(tok) - 1), ids)
+
+
+# %% [markdown]
+# HF's flax example (and so nanoT5) writes the same walk with numpy array tricks instead of a loop: mark
+# span starts, number them with a `cumsum`, write sentinels at the starts, drop the continuations. A draft of
+# that formulation here — it must give the same tokens as ours on many random rows:
+
+# %%
+def hf_style_corrupt(ids, mask, first_sentinel, eos_id):
+    "Draft: HF run_t5_mlm_flax's create_sentinel_ids + filter_input_ids, for one row"
     def sentinelize(keep_mask):
         starts = keep_mask & ~np.pad(keep_mask, [[1, 0]])[:-1]
         sentinel = np.where(starts, first_sentinel + 1 - np.cumsum(starts), 0)
@@ -156,77 +234,221 @@ def reference_corrupt(ids, mask, first_sentinel, eos_id):
         return np.concatenate([out, [eos_id]])
     return sentinelize(mask), sentinelize(~mask)
 
-
-# %%
-ids = np.arange(100, 140)
-inp, tgt = reference_corrupt(ids, m, len(tok) - 1, tok.eos_token_id)
-print("input: ", inp.tolist()); print("target:", tgt.tolist())
-test_eq(len(inp), 40 - 6 + 2 + 1); test_eq(len(tgt), 6 + 2 + 1)
-test_eq(tgt[0], len(tok) - 1)                              # targets start with <extra_id_0>
-
+rng = np.random.default_rng(1)
+for _ in range(200):
+    row = rng.integers(3, DEMO_VOCAB_SIZE, 141)
+    mask = example_noise_mask(141, rng.uniform(0.05, 0.5), rng.uniform(1, 8), rng)
+    ours, hfs = corrupt_example(row, mask, len(tok) - 1, 1), hf_style_corrupt(row, mask, len(tok) - 1, 1)
+    test_eq((ours[0], ours[1]), (hfs[0].tolist(), hfs[1].tolist()))
+    test_eq(uncorrupt(*ours, len(tok) - 1), row.tolist())
 
 # %% [markdown]
-# ### On a real sentence
+# ## The picture
 #
-# The same on the first 60 tokens of a real speech. Kept text is grey, hidden spans are coloured and the
-# sentinels (`<extra_id_k>`) show where they were:
+# Here is what the model sees, on the first tokens of a real speech, drawn like Figure 2 of the T5 paper:
+# the original text, the encoder input and the decoder target, one row each. Span `k` in the original and
+# `<extra_id_k>` in both outputs share one colour; kept text is grey.
 
 # %%
-def show_corruption(text, noise_density=0.15, mean_noise_span_length=3.0, seed=0, n_tokens=60, ax=None):
-    "Matplotlib picture of one corrupted passage: kept tokens grey, each hidden span in its own colour"
-    ids = np.array(tok(text, add_special_tokens=False).input_ids[:n_tokens])
-    mask = reference_noise_mask(len(ids), noise_density, mean_noise_span_length, np.random.default_rng(seed))
-    span_no = np.cumsum(mask & ~np.pad(mask, [[1, 0]])[:-1])
-    ax = ax or plt.subplots(figsize=(12, 2.2))[1]
-    x, y, colors = 0.0, 0.8, plt.cm.tab10.colors
-    for i, t in enumerate(tok.convert_ids_to_tokens(ids.tolist())):
-        w = 0.0105 * len(t) + 0.006
-        if x + w > 1: x, y = 0.0, y - 0.28
-        ax.text(x, y, t.replace("▁", " "), fontsize=9, family="monospace",
-                color="white" if mask[i] else "0.35",
-                bbox=dict(boxstyle="square,pad=0.1", fc=colors[(span_no[i] - 1) % 10] if mask[i] else "0.93", ec="none"))
-        x += w
-    ax.set_axis_off()
-    inp, tgt = reference_corrupt(ids, mask, len(tok) - 1, tok.eos_token_id)
-    ax.set_title(f"noise density {noise_density}, mean span {mean_noise_span_length}: {len(ids)} tokens → "
-                 f"input {len(inp)}, target {len(tgt)}", fontsize=10, loc="left")
-    return inp, tgt
+SPAN_COLOURS = [c for i, c in enumerate(plt.cm.tab10.colors) if i != 7]   # tab10 without its grey
 
-passage = texts[200][:600]
-inp, tgt = show_corruption(passage)
+def corruption_rows(ids, mask, tokenizer):
+    "(label, [(piece, kind, span k)]) for the original, encoder input and decoder target of one row"
+    first, eos = len(tokenizer) - 1, tokenizer.eos_token_id
+    ids, mask = [int(t) for t in ids], np.asarray(mask, dtype=bool)
+    inputs, targets = corrupt_example(ids, mask, first, eos)
+    pieces = tokenizer.convert_ids_to_tokens
+    span_no = np.cumsum(mask & ~np.r_[False, mask[:-1]]) - 1
+    original = [(p, "span" if h else "kept", k) for p, h, k in zip(pieces(ids), mask, span_no)]
+    def with_sentinels(seq, between):        # between sentinels: "kept" in the input, "span" in the target
+        out, k = [], -1
+        for t, p in zip(seq, pieces(seq)):
+            if t > first - NUM_SENTINELS: k = first - t; out.append((p, "sentinel", k))
+            elif t == eos: out.append((p, "eos", -1))
+            else: out.append((p, between, k))
+        return out
+    return [(f"original\n{len(ids)} tokens", original),
+            (f"encoder input\n{len(inputs)} tokens", with_sentinels(inputs, "kept")),
+            (f"decoder target\n{len(targets)} tokens", with_sentinels(targets, "span"))]
+
+def show_corruption(ids, mask, tokenizer, title=None, width=110, fig_width=12):
+    "Draw the three rows as coloured token boxes (matplotlib), wrapping at `width` characters"
+    label_w, line, placed, y = 15, 1.3, [], 0.0
+    for label, toks in corruption_rows(ids, mask, tokenizer):
+        placed.append(("label", label, label_w - 1, y, -1)); x = label_w
+        for piece, kind, k in toks:
+            text = piece if kind == "sentinel" else piece.replace("▁", "")
+            gap = 0.7 if piece.startswith("▁") or kind in ("sentinel", "eos") else 0.2
+            if x + gap + len(text) > width: x, y = label_w, y - line
+            placed.append((kind, text, x + gap, y, k)); x += gap + max(len(text), 1)
+        y -= 2 * line
+    fs = fig_width * 72 / (width * 0.602)           # a monospace character is 0.6 em wide
+    fig = plt.figure(figsize=(fig_width, -y / line * fs * 1.75 / 72 + 0.4))
+    ax = fig.add_axes([0, 0, 1, 1]); ax.set_xlim(0, width); ax.set_ylim(y + 1.2, 0.6); ax.set_axis_off()
+    for kind, text, x, yy, k in placed:
+        if kind == "label":
+            ax.text(x, yy, text, ha="right", va="top", fontsize=fs * 0.9, color="0.2"); continue
+        colour = SPAN_COLOURS[k % len(SPAN_COLOURS)]
+        fc, tc = {"kept": ("0.93", "0.3"), "span": ((*colour, 0.35), "black"),
+                  "sentinel": (colour, "white"), "eos": ("0.45", "white")}[kind]
+        ax.text(x, yy, text, family="monospace", fontsize=fs, color=tc, va="top",
+                weight="bold" if kind == "sentinel" else "normal", bbox=dict(boxstyle="round,pad=0.12", fc=fc, ec="none"))
+    if title: ax.text(0, 0.5, title, fontsize=fs * 1.05, va="bottom")
+    return fig
+
+passage = texts[200][:2000]
+passage_ids = tok(passage, add_special_tokens=False).input_ids[:64]
+mask = example_noise_mask(len(passage_ids), 0.15, 3.0, np.random.default_rng(0))
+show_corruption(passage_ids, mask, tok, "noise density 0.15, mean span length 3: 64 tokens → 10 hidden in 3 spans")
 plt.show()
-print("input: ", tok.decode(inp)); print("target:", tok.decode(tgt))
+rows = corruption_rows(passage_ids, mask, tok)
+test_eq([len(r) for _, r in rows], [64, 64 - 10 + 3 + 1, 10 + 3 + 1])
+test_eq([k for _, kind, k in rows[1][1] if kind == "sentinel"], [k for _, kind, k in rows[2][1] if kind == "sentinel"])
 
 # %% [markdown]
-# With a live kernel, move the sliders (the figure above is the static version for readers without one):
+# With a live kernel, the explorer redraws the same picture for any noise density, mean span length, seed
+# and text (the figure above is the static version for readers without one):
 
 # %%
+import contextlib, io
 import ipywidgets as widgets
 
-def corruption_html(noise_density, mean_noise_span_length, seed):
-    ids = np.array(tok(passage, add_special_tokens=False).input_ids[:80])
-    mask = reference_noise_mask(len(ids), noise_density, mean_noise_span_length, np.random.default_rng(seed))
-    inp, tgt = reference_corrupt(ids, mask, len(tok) - 1, tok.eos_token_id)
-    colour = lambda t: (f'<b style="color:#c0392b">{html.escape(t)}</b>' if t.startswith("<extra_id")
-                        else html.escape(t))
-    show = lambda x: " ".join(colour(t) for t in tok.convert_ids_to_tokens(x.tolist()))
-    return f"<p><b>input ({len(inp)})</b>: {show(inp)}</p><p><b>target ({len(tgt)})</b>: {show(tgt)}</p>"
+def explore(text=passage[:400], noise_density=0.15, mean_span=3.0, seed=0):
+    ids = tok(text, add_special_tokens=False).input_ids[:80]
+    if len(ids) < 2:
+        print("type at least two tokens of text"); return
+    try:
+        mask = example_noise_mask(len(ids), noise_density, mean_span, np.random.default_rng(seed))
+    except SpanCorruptionError as e:
+        print(e); return
+    show_corruption(ids, mask, tok, f"noise density {noise_density}, mean span length {mean_span}, seed {seed}")
+    plt.show()
 
-explorer = widgets.interactive(lambda noise_density, mean_span, seed: display(widgets.HTML(
-                                   corruption_html(noise_density, mean_span, seed))),
-                               noise_density=widgets.FloatSlider(0.15, min=0.05, max=0.5, step=0.05),
-                               mean_span=widgets.FloatSlider(3.0, min=1.0, max=10.0, step=0.5),
-                               seed=widgets.IntSlider(0, min=0, max=20))
+with contextlib.redirect_stdout(io.StringIO()):   # outside Jupyter, the first draw's clear_output prints escape codes
+    explorer = widgets.interactive(explore,
+                                   text=widgets.Textarea(passage[:400], layout=widgets.Layout(width="90%", height="5em")),
+                                   noise_density=widgets.FloatSlider(0.15, min=0.05, max=0.5, step=0.05),
+                                   mean_span=widgets.FloatSlider(3.0, min=1.0, max=10.0, step=0.5),
+                                   seed=widgets.IntSlider(0, min=0, max=20))
 explorer
 
 
 # %% [markdown]
-# ## Vectorised: a whole batch at once
+# ## What the two knobs do
 #
-# The per-example draft loops in Python over rows, and nanoT5 needs 8 data-loader workers to keep up with
-# a GPU. All rows of a batch have the same length, hence the same numbers of noise tokens and spans, so the
-# whole batch can be drawn and corrupted with a few tensor ops. Both halves need a little thought to be
-# *fast* in torch, where each op costs microseconds of overhead and sorting is slow.
+# "Mean span length 3" does not mean spans of 3 tokens. The split of the `n` noise tokens into `s` spans is
+# uniform over all splits, which makes the length of one span roughly geometric: **1 is the most common
+# length**, and long spans make up the mean. Over 2,000 rows of 568 tokens (85 noise tokens in 28 spans each):
+
+# %%
+def span_lengths(mask_rows):
+    "Lengths of all hidden spans in some noise-mask rows"
+    out = []
+    for row in mask_rows:
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], np.asarray(row, dtype=np.int8), [0]])))
+        out += (edges[1::2] - edges[::2]).tolist()
+    return np.array(out)
+
+rng = np.random.default_rng(0)
+lengths = span_lengths(example_noise_mask(568, 0.15, 3.0, rng) for _ in range(2000))
+counts = np.bincount(lengths)
+fig, ax = plt.subplots(figsize=(7, 2.8))
+ax.bar(np.arange(1, 16), counts[1:16] / len(lengths))
+ax.axvline(lengths.mean(), color="C3", ls="--", label=f"mean {lengths.mean():.2f} = 85 / 28")
+ax.set_xlabel("span length (tokens)"); ax.set_ylabel("share of spans"); ax.set_xticks(range(1, 16)); ax.legend()
+ax.set_title("T5 spans at mean span length 3: the most common length is 1"); plt.show()
+test_eq(int(np.argmax(counts)), 1)                              # the mode is 1
+test_close(lengths.mean(), 85 / 28, eps=1e-9)                   # exactly n / s per row, by construction
+
+
+# %% [markdown]
+# The two knobs set the lengths of everything. For a raw chunk of `T` tokens, the encoder input is
+# `T − n + s + 1` and the decoder target `n + s + 1` tokens. More noise moves tokens from the input to the
+# target; longer spans mean fewer sentinels in both. For T5's 568-token chunks:
+
+# %%
+def corrupted_lengths(raw, noise_density, mean_span):
+    n, s = noise_counts(raw, noise_density, mean_span)
+    return raw - n + s + 1, n + s + 1
+
+densities, spans_ = np.linspace(0.05, 0.5, 46), np.linspace(1, 10, 37)
+fig, axs = plt.subplots(1, 2, figsize=(11, 3.2), sharey=True)
+for ax, xs, f, xlabel in [(axs[0], densities, lambda d: corrupted_lengths(568, d, 3.0), "noise density (mean span 3)"),
+                          (axs[1], spans_, lambda s: corrupted_lengths(568, 0.15, s), "mean span length (density 0.15)")]:
+    inp_len, tgt_len = np.array([f(x) for x in xs]).T
+    ax.plot(xs, inp_len, label="encoder input"); ax.plot(xs, tgt_len, label="decoder target")
+    ax.axvline(0.15 if ax is axs[0] else 3.0, color="0.6", ls=":", label="T5's setting")
+    ax.set_xlabel(xlabel)
+axs[0].set_ylabel("tokens (568 raw)"); axs[0].legend(); plt.show()
+test_eq(corrupted_lengths(568, 0.15, 3.0), (512, 114))
+
+
+# %% [markdown]
+# ## Packing documents into rows
+#
+# nanoT5 tokenizes documents in groups of 1,000, appends EOS to each, concatenates the group and cuts it
+# into rows of `raw_length` tokens, dropping the group's remainder. No padding is ever needed, and document
+# boundaries show only as EOS. `pack_token_rows` does this for a group; `pack_dataset` maps it over a
+# `datasets.Dataset` *or* a streaming `IterableDataset` (C4), so nothing needs to fit in memory.
+
+# %%
+#| export
+def pack_token_rows(token_lists: Sequence[Sequence[int]], raw_length: int) -> list[list[int]]:
+    "Concatenate tokenized documents and cut them into rows of `raw_length` (the remainder is dropped)"
+    flat = [t for ids in token_lists for t in ids]
+    return [flat[i:i + raw_length] for i in range(0, len(flat) - raw_length + 1, raw_length)]
+
+
+def pack_dataset(ds, tokenizer, raw_length: int, group_size: int = 1000):
+    "Tokenize a `text` dataset (map-style or streaming) into packed rows: a dataset with `input_ids` [raw_length]"
+    def pack(batch):
+        return {"input_ids": pack_token_rows(encode_batch(tokenizer, batch["text"]), raw_length)}
+    return ds.map(pack, batched=True, batch_size=group_size, remove_columns=ds.column_names)
+
+
+# %%
+test_eq(pack_token_rows([[5, 6, 1], [7, 1], [8, 9, 10, 1]], 4), [[5, 6, 1, 7], [1, 8, 9, 10]])
+import datasets
+datasets.disable_progress_bars()
+valid_docs = load_corpus("sotu", "validation")
+packed = pack_dataset(valid_docs, tok, 568)
+streamed = pack_dataset(valid_docs.to_iterable_dataset(), tok, 568)
+test_eq(next(iter(streamed))["input_ids"], packed[0]["input_ids"])   # same rows when streamed
+test_eq(len(packed), sum(map(len, encode_batch(tok, valid_docs["text"]))) // 568)
+len(packed), len(packed[0]["input_ids"])
+
+# %% [markdown]
+# ## Going faster
+#
+# *Everything above is the objective. What follows is engineering: a reader who came for T5 can skip to
+# the end of this part, where the fast collator is proved equal to `corrupt_example`.*
+#
+# **Is the readable version too slow?** Not for a GPU. Per example, it takes a fraction of a millisecond:
+
+# %%
+import timeit
+row = np.random.default_rng(0).integers(3, DEMO_VOCAB_SIZE, 568)
+rng = np.random.default_rng(0)
+secs = min(timeit.repeat(lambda: corrupt_example(row, example_noise_mask(568, 0.15, 3.0, rng), len(tok) - 1),
+                         number=200, repeat=3)) / 200
+print(f"corrupt_example: {1 / secs:,.0f} examples/s = {568 / secs / 1e6:.1f}M raw tokens/s on one core")
+
+
+# %% [markdown]
+# T5-Base pre-training at 50% MFU on an H200 consumes about 0.7M raw tokens/s; the per-example numpy
+# version of HF's example does ~12k examples/s (≈ 6.8M raw tokens/s, `benchmarks/spans.py`), about 10× that,
+# and even the Python loop above keeps up. nanoT5's data workers are busy **tokenizing** streamed C4, not
+# masking. So why bother? Two cases in this project where masking speed does show:
+#
+# - **Tiny models on a CPU** (the demo): the model and the data pipeline share the same few cores, so every
+#   millisecond spent corrupting is a millisecond not spent training.
+# - **Many GPUs per host** with few cores each: eight GPUs at that rate need 5.6M raw tokens/s from one
+#   machine, tokenization included; the cheaper the corruption, the more cores are left for the tokenizer.
+#
+# The idea: all rows of a batch have the same length, hence the same numbers of noise tokens and spans, so
+# the whole batch can be drawn and corrupted with a few tensor ops instead of a Python loop per row. Both
+# halves need a little thought to be *fast* in torch, where each op costs microseconds of overhead and
+# sorting is slow.
 #
 # **Drawing the segmentations.** Splitting `n` items into `s` non-empty parts uniformly at random is picking
 # `s − 1` distinct cut points out of the `n − 1` slots between items, uniformly. The obvious batch version
@@ -380,23 +602,17 @@ test_eq((masks[:, 0].any().item(), masks[:, -1].all().item()), (False, True))
 test_eq(random_spans_noise_mask(568, generator=torch.Generator().manual_seed(0), batch=256), masks)  # reproducible
 
 # %% [markdown]
-# Are the spans distributed like the reference's? Span lengths over many draws, both implementations:
+# Are the spans distributed like the readable version's? Span lengths over many draws, both implementations:
 
 # %%
 rng = np.random.default_rng(0)
-def span_lengths(mask_rows):
-    out = []
-    for row in mask_rows:
-        edges = np.flatnonzero(np.diff(np.concatenate([[0], row.astype(np.int8), [0]])))
-        out += (edges[1::2] - edges[::2]).tolist()
-    return np.array(out)
-ref_lengths = span_lengths([reference_noise_mask(568, 0.15, 3.0, rng) for _ in range(256)])
+ref_lengths = span_lengths(example_noise_mask(568, 0.15, 3.0, rng) for _ in range(256))
 vec_lengths = span_lengths(masks.numpy())
 test_close(ref_lengths.mean(), vec_lengths.mean(), eps=1e-9)  # 85/28 in both, by construction
 for k in (1, 2, 3, 5):   # the share of spans of length k agrees within sampling noise
     test_close((ref_lengths == k).mean(), (vec_lengths == k).mean(), eps=0.03)
 fig, ax = plt.subplots(figsize=(6, 2.5))
-ax.hist([ref_lengths, vec_lengths], bins=np.arange(0.5, 13.5), label=["numpy reference", "torch vectorised"])
+ax.hist([ref_lengths, vec_lengths], bins=np.arange(0.5, 13.5), label=["example_noise_mask (numpy)", "random_spans_noise_mask (torch)"])
 ax.set_xlabel("span length (tokens)"); ax.legend(); plt.show()
 
 
@@ -479,75 +695,18 @@ def corrupt_spans(ids: torch.Tensor,  # [B, raw_length] token ids
 
 
 # %% [markdown]
-# Given the **same masks**, it must equal the per-example reference row for row:
+# Given the **same masks**, it must equal the readable `corrupt_example` row for row, and `uncorrupt` must
+# rebuild every row:
 
 # %%
 raw_ids = torch.randint(3, DEMO_VOCAB_SIZE, (256, 568), generator=g)
 inputs, targets = corrupt_spans(raw_ids, masks, len(tok) - 1, tok.eos_token_id)
 test_eq((inputs.shape, targets.shape), ((256, 512), (256, 114)))
 for row in range(256):
-    ref_in, ref_tgt = reference_corrupt(raw_ids[row].numpy(), masks[row].numpy(), len(tok) - 1, tok.eos_token_id)
-    test_eq(inputs[row].tolist(), ref_in.tolist()); test_eq(targets[row].tolist(), ref_tgt.tolist())
-test_fail(lambda: corrupt_spans(raw_ids[:2], ~masks[:2], len(tok) - 1), contains="takes T5 noise masks")
-
-
-# %% [markdown]
-# Nothing is lost: putting each target span back in place of its sentinel rebuilds the original row.
-
-# %%
-#| export
-def uncorrupt(inputs: Sequence[int], targets: Sequence[int], first_sentinel: int, eos_id: int = 1) -> list[int]:
-    "Rebuild the raw row from one (inputs, targets) pair: each sentinel in `inputs` takes its span from `targets`"
-    spans, current = {}, None
-    for t in list(targets)[:-1]:
-        if t > first_sentinel - NUM_SENTINELS:
-            current = t; spans[t] = []
-        else:
-            spans[current].append(t)
-    out = []
-    for t in list(inputs)[:-1]:
-        out.extend(spans[t] if t in spans else [t])
-    return out
-
-
-# %%
-for row in range(0, 256, 37):
+    ref_in, ref_tgt = corrupt_example(raw_ids[row].tolist(), masks[row].numpy(), len(tok) - 1, tok.eos_token_id)
+    test_eq(inputs[row].tolist(), ref_in); test_eq(targets[row].tolist(), ref_tgt)
     test_eq(uncorrupt(inputs[row].tolist(), targets[row].tolist(), len(tok) - 1), raw_ids[row].tolist())
-
-
-# %% [markdown]
-# ## Packing documents into rows
-#
-# nanoT5 tokenizes documents in groups of 1,000, appends EOS to each, concatenates the group and cuts it
-# into rows of `raw_length` tokens, dropping the group's remainder. No padding is ever needed, and document
-# boundaries show only as EOS. `pack_token_rows` does this for a group; `pack_dataset` maps it over a
-# `datasets.Dataset` *or* a streaming `IterableDataset` (C4), so nothing needs to fit in memory.
-
-# %%
-#| export
-def pack_token_rows(token_lists: Sequence[Sequence[int]], raw_length: int) -> list[list[int]]:
-    "Concatenate tokenized documents and cut them into rows of `raw_length` (the remainder is dropped)"
-    flat = [t for ids in token_lists for t in ids]
-    return [flat[i:i + raw_length] for i in range(0, len(flat) - raw_length + 1, raw_length)]
-
-
-def pack_dataset(ds, tokenizer, raw_length: int, group_size: int = 1000):
-    "Tokenize a `text` dataset (map-style or streaming) into packed rows: a dataset with `input_ids` [raw_length]"
-    def pack(batch):
-        return {"input_ids": pack_token_rows(encode_batch(tokenizer, batch["text"]), raw_length)}
-    return ds.map(pack, batched=True, batch_size=group_size, remove_columns=ds.column_names)
-
-
-# %%
-test_eq(pack_token_rows([[5, 6, 1], [7, 1], [8, 9, 10, 1]], 4), [[5, 6, 1, 7], [1, 8, 9, 10]])
-import datasets
-datasets.disable_progress_bars()
-valid_docs = load_corpus("sotu", "validation")
-packed = pack_dataset(valid_docs, tok, 568)
-streamed = pack_dataset(valid_docs.to_iterable_dataset(), tok, 568)
-test_eq(next(iter(streamed))["input_ids"], packed[0]["input_ids"])   # same rows when streamed
-test_eq(len(packed), sum(map(len, encode_batch(tok, valid_docs["text"]))) // 568)
-len(packed), len(packed[0]["input_ids"])
+test_fail(lambda: corrupt_spans(raw_ids[:2], ~masks[:2], len(tok) - 1), contains="takes T5 noise masks")
 
 
 # %% [markdown]
@@ -629,6 +788,9 @@ state = collate.state_dict(); b1 = collate(torch.tensor(rows128[:4]["input_ids"]
 same_masks = random_spans_noise_mask(141, generator=torch.Generator().set_state(state["generator"]), batch=4)
 test_eq(list(corrupt_spans(torch.tensor(rows128[:4]["input_ids"]), same_masks, collate.first_sentinel)),
         [b1["input_ids"], b1["labels"]])   # the collator = the mask + corruption steps above
+for r in range(4):                         # … = the readable corrupt_example on the same masks
+    test_eq(corrupt_example(rows128[r]["input_ids"], same_masks[r].numpy(), collate.first_sentinel),
+            (b1["input_ids"][r].tolist(), b1["labels"][r].tolist()))
 collate.load_state_dict(state); b2 = collate(torch.tensor(rows128[:4]["input_ids"]))
 test_eq({k: v.tolist() for k, v in b2.items()}, {k: v.tolist() for k, v in b1.items()})  # resumable
 print(tok.decode(batch["input_ids"][0][:40])); print(tok.decode(batch["labels"][0][:20]))
@@ -642,11 +804,21 @@ loader = torch.utils.data.DataLoader(rows128, batch_size=16, shuffle=True, colla
 test_eq(next(iter(loader))["input_ids"].shape, (16, 128))
 
 # %% [markdown]
+# That closes the loop: the collator draws exactly the masks `random_spans_noise_mask` draws, and corrupts
+# them exactly as `corrupt_example` does (the hypothesis tests in `tests/test_spans.py` check the same over
+# random lengths, densities and span lengths).
+#
 # ## Bad input
 #
-# Each a clear error:
+# Settings that cannot work, tokenizers without sentinels and rows of the wrong length each fail with a
+# sentence that names the fix, for example:
 
 # %%
+try: SpanCorruptionCollator(tok, inputs_length=128)(torch.zeros(2, 140, dtype=torch.long))
+except SpanCorruptionError as e: print(e)
+
+# %%
+#| hide
 test_fail(lambda: compute_input_and_target_lengths(512, 1.2), contains="must be in (0, 1)")
 test_fail(lambda: compute_input_and_target_lengths(512, 0.0), contains="must be in (0, 1)")
 test_fail(lambda: compute_input_and_target_lengths(512, 0.15, 0), contains="must be > 0")

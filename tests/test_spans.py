@@ -4,8 +4,8 @@ import pytest
 import torch
 from hypothesis import assume, given, settings, strategies as st
 
-from nanot5_edu.spans import (SpanCorruptionError, compute_input_and_target_lengths, corrupt_spans, noise_counts,
-                              random_spans_noise_mask, uncorrupt)
+from nanot5_edu.spans import (SpanCorruptionError, compute_input_and_target_lengths, corrupt_example, corrupt_spans,
+                              example_noise_mask, noise_counts, random_spans_noise_mask, uncorrupt)
 
 FIRST_SENTINEL = 1099            # a 1,100-id vocabulary: real tokens 0..999, sentinels 1000..1099
 densities = st.floats(0.02, 0.9)
@@ -112,3 +112,20 @@ def test_random_cuts_stays_exact_over_extra_rounds(monkeypatch):
     assert cuts[:, 0].min() >= 0 and cuts[:, 0].max() < 6 and cuts[:, 1].max() < 200
     subsets = (cuts[:, 0] * torch.tensor([36, 6, 1])).sum(1).unique(return_counts=True)[1]
     assert len(subsets) == 20 and (subsets - 1500).abs().max() < 5 * 1500 ** 0.5   # all 20 sets equally likely
+
+
+@settings(max_examples=150, deadline=None)
+@given(length=st.integers(2, 700), density=densities, mean_span=spans, seed=st.integers(0, 2**31))
+def test_readable_version_equals_the_fast_one(length, density, mean_span, seed):
+    "corrupt_example (one row, a loop) = corrupt_spans (a batch, gathers) on the same masks; example_noise_mask is T5-exact"
+    mask = draw(length, density, mean_span, seed)
+    assume(noise_counts(length, density, mean_span)[1] <= 100)
+    ids = torch.randint(2, 1000, (3, length), generator=torch.Generator().manual_seed(seed))
+    inputs, targets = corrupt_spans(ids, mask, FIRST_SENTINEL, eos_id=1)
+    for row in range(3):
+        assert corrupt_example(ids[row].tolist(), mask[row].numpy(), FIRST_SENTINEL, 1) == \
+            (inputs[row].tolist(), targets[row].tolist())
+    one = example_noise_mask(length, density, mean_span, np.random.default_rng(seed))
+    noise, n_spans = noise_counts(length, density, mean_span)
+    assert one.shape == (length,) and one.sum() == noise and not one[0] and one[-1]
+    assert (one & ~np.r_[False, one[:-1]]).sum() == n_spans
