@@ -47,15 +47,13 @@ def pretrain_cmd(args: argparse.Namespace) -> int:
 
 # %% ../nbs/07_cli.ipynb #001c3fda
 def _print_scores(scores: dict):
-    print(f"{'task':48} {'Rouge-L':>8} {'exact':>7} {'n':>5}")
-    for name, r in scores["per_task"].items():
-        print(f"{name:48} {r['rougeL']:8.1f} {r['exact_match']:7.1f} {r['instances']:5d}")
-    o = scores["overall"]
-    print(f"{'overall':48} {o['rougeL']:8.1f} {o['exact_match']:7.1f} {o['instances']:5d}")
+    from nanot5_edu.finetune import EVAL_SETS, format_scores
+    for name, s in scores.items():
+        print(f"\n{EVAL_SETS[name]} ({s['overall']['instances']} instances):\n{format_scores(s)}")
 
 
 def finetune_cmd(args: argparse.Namespace) -> int:
-    "Fine-tune a checkpoint on SNI train tasks, then evaluate on the test tasks"
+    "Fine-tune a checkpoint on SNI train tasks, then evaluate it with its baselines"
     import json
     from nanot5_edu.finetune import finetune, make_finetune_config
     summary = finetune(make_finetune_config(args.checkpoint, args.data, args.overrides))
@@ -66,13 +64,23 @@ def finetune_cmd(args: argparse.Namespace) -> int:
 
 
 def evaluate_cmd(args: argparse.Namespace) -> int:
-    "Score a checkpoint on the SNI test tasks (greedy generation, Rouge-L and exact match)"
+    "Score a checkpoint on SNI's seen and/or unseen evaluation sets, next to the baselines"
     import json
-    from nanot5_edu.finetune import evaluate_sni, load_model, load_sni
+    from nanot5_edu.finetune import EVAL_SETS, evaluate_sni, load_model, load_sni
+    if args.out:
+        out = Path(args.out)
+    elif Path(args.checkpoint).is_dir():
+        out = Path(args.checkpoint) / "sni_eval.json"
+    else:
+        out = Path("sni_eval.json")
+        print(f"{args.checkpoint} is not a local directory (a hub name?): the scores go to {out.resolve()} "
+              "(--out to choose).")
     model, tokenizer = load_model(args.checkpoint)
-    ds, report = load_sni(args.data, "test", args.instances_per_task, tokenizer, args.max_source_length)
-    scores = evaluate_sni(model, tokenizer, ds, args.batch_size, args.max_source_length, args.max_new_tokens)
-    out = Path(args.out) if args.out else Path(args.checkpoint) / "sni_eval.json"
+    sizes = {"seen": args.seen_instances_per_task, "unseen": args.unseen_instances_per_task}
+    scores = {}
+    for name in (EVAL_SETS if args.eval_on == "both" else [args.eval_on]):
+        ds, _ = load_sni(args.data, name, sizes[name], tokenizer, args.max_source_length)
+        scores[name] = evaluate_sni(model, tokenizer, ds, args.batch_size, args.max_source_length, args.max_new_tokens)
     out.write_text(json.dumps(scores, indent=1))
     _print_scores(scores)
     print(f"\nscores: {out}")
@@ -90,16 +98,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("items", nargs="*", metavar="[PRESET] key=value",
                    help="a preset (cpu-demo, t5-base, t5-base-16h), then overrides such as optim.lr=1e-3")
     p.set_defaults(func=pretrain_cmd)
-    p = sub.add_parser("finetune", help="fine-tune on Super-NaturalInstructions and score the test tasks")
+    data_help = "a natural-instructions clone (tasks/, splits/default/); default: the packaged sni-mini"
+    p = sub.add_parser("finetune", help="fine-tune on Super-NaturalInstructions, then score seen and unseen tasks")
     p.add_argument("--checkpoint", help="run dir, checkpoint dir, HF T5 dir or hub name (omit: random init)")
-    p.add_argument("--data", required=True, help="a natural-instructions clone (tasks/, splits/default/)")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. train.total_steps=1000 optim.lr=1e-4")
+    p.add_argument("--data", help=data_help)
+    p.add_argument("overrides", nargs="*", metavar="key=value",
+                   help="e.g. train.total_steps=1000 optim.lr=1e-4 sni.eval_on=unseen sni.random_init=true")
     p.set_defaults(func=finetune_cmd)
-    p = sub.add_parser("evaluate", help="Rouge-L / exact match of a checkpoint on the SNI test tasks")
+    p = sub.add_parser("evaluate", help="Rouge-L / exact match / rank accuracy of a checkpoint on SNI, with baselines")
     p.add_argument("--checkpoint", required=True, help="run dir, checkpoint dir, HF T5 dir or hub name")
-    p.add_argument("--data", required=True, help="a natural-instructions clone (tasks/, splits/default/)")
-    p.add_argument("--out", help="where to write the scores JSON (default: CHECKPOINT/sni_eval.json)")
-    p.add_argument("--instances-per-task", type=int, default=100)
+    p.add_argument("--data", help=data_help)
+    p.add_argument("--out", help="the scores JSON (default: CHECKPOINT/sni_eval.json, ./sni_eval.json for a hub name)")
+    p.add_argument("--eval-on", choices=["seen", "unseen", "both"], default="both",
+                   help="seen: held-out instances of the training tasks (never in a training sample of this package); "
+                        "unseen: the test tasks (SNI's official setting)")
+    p.add_argument("--seen-instances-per-task", type=int, default=10)
+    p.add_argument("--unseen-instances-per-task", type=int, default=100)
     p.add_argument("--max-source-length", type=int, default=1024)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=16)

@@ -1,13 +1,22 @@
 # %% [markdown]
 # # Fine-tuning: Super-NaturalInstructions and Rouge-L
-# > The Tk-Instruct prompt, a loader for the natural-instructions layout, fine-tuning with the same loop, and Rouge-L taken over all references
+# > The Tk-Instruct prompt, a loader for the natural-instructions layout (a miniature ships with the package), fine-tuning with the same loop, and scores that always stand next to their baselines
 
 # %% [markdown]
 # nanoT5 judges pre-training by what it buys downstream: fine-tune on the Super-NaturalInstructions (SNI)
 # training tasks and score Rouge-L on 119 unseen test tasks. This notebook builds that pipeline on the
 # `allenai/natural-instructions` layout (`tasks/*.json`, `splits/default/{train,test}_tasks.txt`), reusing
-# `fit` from [05_training](05_training.ipynb). It fixes one nanoT5 defect: Rouge-L is the **max over all
-# references** of an instance (as Tk-Instruct scores it), not one reference drawn at random.
+# `fit` from [05_training](05_training.ipynb), and adds what a small-scale experiment needs to be read honestly:
+#
+# - every score is printed next to two **baselines** on the same instances: the constant most frequent answer
+#   of each task, and a copy of the instance's input;
+# - besides SNI's **unseen tasks**, an evaluation on **seen tasks, new instances** (held-out instances of the
+#   training tasks), which is where a model of a few million parameters can show anything;
+# - **rank classification** for tasks whose answers come from a small fixed set (yes/no, True/False, A/B):
+#   which option does the model find most likely, whatever its greedy text says?
+#
+# It also fixes one nanoT5 defect: Rouge-L is the **max over all references** of an instance (as Tk-Instruct
+# scores it), not one reference drawn at random.
 
 # %%
 #| default_exp finetune
@@ -16,19 +25,20 @@
 #| export
 from __future__ import annotations
 
+import dataclasses
+import importlib.resources
 import json
 import random
-import re
 import string
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
 import torch
 
-from nanot5_edu.model import T5
+from nanot5_edu.model import HF_ALIAS_KEYS, ModelConfig, T5, shift_right
 from nanot5_edu.tokenizer import load_tokenizer
 from nanot5_edu.train import (BatchStream, Config, ConfigError, eval_summary, export_hf, fit, make_accelerator,
                               make_config, plot_run)
@@ -37,9 +47,27 @@ from nanot5_edu.train import (BatchStream, Config, ConfigError, eval_summary, ex
 #| hide
 from fastcore.test import test_eq, test_fail, test_close
 import shutil, tempfile
+import matplotlib.pyplot as plt
 import numpy as np
 random.seed(0); np.random.seed(0); torch.manual_seed(0);
-SNI_MINI = Path("../../shared/data/sni-mini")
+
+# %% [markdown]
+# ## The data: a miniature SNI ships with the package
+#
+# The full dataset is the `allenai/natural-instructions` repository (about 3 GB; clone it and pass its path).
+# So that every notebook cell, test and CLI default runs anywhere, the package carries a 1.3 MB miniature in
+# the same layout: 9 tasks, 6 of them training tasks (E2E NLG data-to-text, COPA, four BIG-Bench-Hard tasks),
+# 2 test tasks (BIG-Bench-Hard's navigate and sports understanding) and one task in neither split on purpose.
+# Its `README.md` holds the licences (E2E NLG CC BY-SA 4.0, COPA BSD-2, BIG-Bench-Hard MIT).
+
+# %%
+#| export
+SNI_MINI = Path(str(importlib.resources.files("nanot5_edu") / "sni-mini"))  # the default of load_sni and the CLI
+
+# %%
+print(SNI_MINI.relative_to(SNI_MINI.parents[1]), sorted(p.name for p in SNI_MINI.iterdir()))
+test_eq(len(list((SNI_MINI / "tasks").glob("*.json"))), 9)
+test_eq("CC BY-SA 4.0" in (SNI_MINI / "README.md").read_text(), True)
 
 
 # %% [markdown]
@@ -89,11 +117,10 @@ def format_prompt(task: dict,  # a task JSON (Definition, Positive Examples, ...
 
 
 # %% [markdown]
-# The exact string for a known instance of the COPA task:
+# The exact string of a hand-made task, then the prompt of the first COPA instance:
 
 # %%
-task = json.loads((SNI_MINI / "tasks" / "task1393_superglue_copa_text_completion.json").read_text()) if SNI_MINI.exists() else {
-    "Definition": ["Pick the cause or effect"], "Positive Examples": [{"input": "x", "output": "A"}, {"input": "y", "output": "B"}]}
+task = json.loads((SNI_MINI / "tasks" / "task1393_superglue_copa_text_completion.json").read_text())
 prompt = format_prompt({"Definition": ["Answer with A or B"],
                         "Positive Examples": [{"input": "Sky is dark. (A) Night (B) Day", "output": "A"},
                                               {"input": "It rained?", "output": "B."}]}, " The man fell. (A) x (B) y ")
@@ -101,59 +128,100 @@ test_eq(prompt, "Definition: Answer with A or B.\n\n"
                 " Positive Example 1 -\nInput: Sky is dark. (A) Night (B) Day.\n Output: A.\n\n"
                 " Positive Example 2 -\nInput: It rained?\n Output: B.\n\n"
                 "Now complete the following example -\nInput: The man fell. (A) x (B) y.\nOutput: ")
-print(format_prompt(task, task["Instances"][0]["input"] if "Instances" in task else "z"))
-
+print(format_prompt(task, task["Instances"][0]["input"]))
 
 # %% [markdown]
-# ## Loading the natural-instructions layout
+# ## Loading the natural-instructions layout: train, seen, unseen
 #
-# `load_sni(data_dir, split)` reads the task list of `splits/default/{split}_tasks.txt`, each task's JSON,
-# and keeps up to `instances_per_task` instances: the **first** ones for test (as nanoT5/Tk-Instruct), a
-# seeded random sample for train. Instances whose outputs are all empty are skipped and **counted**; a
-# listed task that is missing or malformed is an error naming the file.
+# `load_sni(data_dir, split)` reads the task list of a split file and each task's JSON, and returns one row per
+# instance: its prompt (`source`), its references, and two things the evaluation needs per task. Three splits:
+#
+# - `train`: the tasks of `train_tasks.txt`, a seeded random sample of `instances_per_task` instances each
+#   (nanoT5 / Tk-Instruct: 100), drawn only from instances that are **not held out**;
+# - `seen`: the same tasks' **held-out instances** — every 10th instance of a task file (positions 9, 19, 29, …),
+#   which no `train` sample ever contains, whatever the seed or size — the first `instances_per_task` of them;
+# - `unseen`: the tasks of `test_tasks.txt`, their **first** `instances_per_task` instances (SNI's official
+#   setting, as nanoT5 and Tk-Instruct score it).
+#
+# Per task it also records the **majority** answer — the most frequent reference among the task's instances
+# that are not evaluated (for a training task, its non-held-out instances; for a test task, the instances after
+# the evaluated ones; the positive examples if there are none; where all answers differ, as in E2E NLG, the first
+# one) — and the **options**: the task's distinct
+# references when there are at most `MAX_OPTIONS` of them, which makes it a classification task for rank
+# classification below. Instances whose outputs are all empty are skipped and **counted**; a listed task that
+# is missing or malformed is an error naming the file.
 
 # %%
 #| export
-def load_sni(data_dir: str | Path,  # a natural-instructions clone: tasks/*.json, splits/default/*_tasks.txt
-             split: str = "train",  # 'train' or 'test'
+HELD_OUT_EVERY = 10  # every 10th instance of a training task is held out for the `seen` evaluation
+MAX_OPTIONS = 10  # a task with at most this many distinct answers is scored by rank classification too
+SPLITS = {"train": "train_tasks.txt", "seen": "train_tasks.txt", "unseen": "test_tasks.txt"}
+
+
+def _read_task(path: Path, split_file: Path) -> dict:
+    if not path.exists():
+        raise SNIError(f"Task {path.stem!r} is listed in {split_file} but {path} is missing: restore the file "
+                       "or remove the task from the split.")
+    try:
+        task = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise SNIError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}).") from None
+    missing = [k for k in ("Definition", "Positive Examples", "Instances") if k not in task]
+    if missing:
+        raise SNIError(f"{path} lacks the key(s) {missing}: is it a natural-instructions task file?")
+    return task
+
+
+def _references(instance: dict) -> list[str]:
+    return [o.strip() for o in instance.get("output", []) if o.strip()]
+
+
+def load_sni(data_dir: str | Path | None = None,  # a natural-instructions clone (tasks/, splits/default/); None: sni-mini
+             split: str = "train",  # 'train', 'seen' (held-out instances of the training tasks) or 'unseen' (test tasks)
              instances_per_task: int = 100, tokenizer=None, max_source_length: int = 1024,
-             num_pos_examples: int = 2, seed: int = 0) -> tuple[datasets.Dataset, dict]:
-    "Prompts and references of an SNI split as a Dataset, plus a report of what was skipped"
-    data_dir = Path(data_dir)
-    split_file = data_dir / "splits" / "default" / f"{split}_tasks.txt"
-    if split not in ("train", "test"):
-        raise SNIError(f"Unknown split {split!r}: use 'train' or 'test'.")
+             num_pos_examples: int = 2,
+             seed: int = 0,  # the `train` sample
+             ) -> tuple[datasets.Dataset, dict]:
+    "Prompts, references, majority answers and options of an SNI split as a Dataset, plus a report of what was skipped"
+    if split not in SPLITS:
+        raise SNIError(f"Unknown split {split!r}: use 'train', 'seen' (held-out instances of the training tasks) or "
+                       "'unseen' (the test tasks).")
+    data_dir = Path(data_dir) if data_dir else SNI_MINI
+    split_file = data_dir / "splits" / "default" / SPLITS[split]
     if not split_file.exists():
         raise SNIError(f"{split_file} not found: point --data at a clone of allenai/natural-instructions "
-                       "(it holds tasks/ and splits/default/).")
+                       "(it holds tasks/ and splits/default/), or leave it out to use the packaged sni-mini.")
     names = [l.strip() for l in split_file.read_text().splitlines() if l.strip()]
     if not names:
         raise SNIError(f"{split_file} lists no task.")
-    rows = {k: [] for k in ("id", "task", "category", "source", "references")}
-    report = {"tasks": len(names), "skipped_empty_output": {}}
+    rows = {k: [] for k in ("id", "task", "category", "input", "source", "references", "majority", "options")}
+    report = {"split": split, "tasks": len(names), "skipped_empty_output": {}}
     rng = random.Random(seed)
     for name in names:
-        path = data_dir / "tasks" / f"{name}.json"
-        if not path.exists():
-            raise SNIError(f"Task {name!r} is listed in {split_file} but {path} is missing: restore the file "
-                           "or remove the task from the split.")
-        try:
-            task = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise SNIError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}).") from None
-        missing = [k for k in ("Definition", "Positive Examples", "Instances") if k not in task]
-        if missing:
-            raise SNIError(f"{path} lacks the key(s) {missing}: is it a natural-instructions task file?")
-        instances = [i for i in task["Instances"] if any(o.strip() for o in i.get("output", []))]
+        task = _read_task(data_dir / "tasks" / f"{name}.json", split_file)
+        instances = [(i, inst) for i, inst in enumerate(task["Instances"]) if _references(inst)]
         if len(instances) < len(task["Instances"]):
             report["skipped_empty_output"][name] = len(task["Instances"]) - len(instances)
-        if split == "train":
-            rng.shuffle(instances)
+        if split == "unseen":
+            chosen, rest = instances[:instances_per_task], instances[instances_per_task:]
+        else:
+            held = [x for x in instances if x[0] % HELD_OUT_EVERY == HELD_OUT_EVERY - 1]
+            rest = [x for x in instances if x[0] % HELD_OUT_EVERY != HELD_OUT_EVERY - 1]
+            if split == "train":
+                chosen = rng.sample(rest, min(instances_per_task, len(rest)))
+            else:
+                chosen = held[:instances_per_task]
+        pool = [r for _, inst in rest for r in _references(inst)] or [ex["output"].strip() for ex in task["Positive Examples"]]
+        majority = Counter(pool).most_common(1)[0][0] if pool else ""
+        answers = sorted({r for _, inst in instances for r in _references(inst)})
+        options = answers if len(answers) <= MAX_OPTIONS else []
         category = (task.get("Categories") or ["unknown"])[0]
-        for inst in instances[:instances_per_task]:
+        for _, inst in chosen:
             rows["id"].append(inst["id"]); rows["task"].append(name); rows["category"].append(category)
+            rows["input"].append(inst["input"])
             rows["source"].append(format_prompt(task, inst["input"], tokenizer, max_source_length, num_pos_examples))
-            rows["references"].append([o.strip() for o in inst["output"] if o.strip()])
+            rows["references"].append(_references(inst)); rows["majority"].append(majority)
+            rows["options"].append(options)
     report["instances"] = len(rows["id"])
     if report["skipped_empty_output"]:
         print(f"load_sni: skipped instances with empty outputs: {report['skipped_empty_output']}")
@@ -161,65 +229,85 @@ def load_sni(data_dir: str | Path,  # a natural-instructions clone: tasks/*.json
 
 
 # %% [markdown]
-# On the 9-task miniature copy shipped beside the project (`../shared/data/sni-mini`: 6 train tasks, 2 test
-# tasks, and one task in neither split on purpose):
+# On the packaged miniature: 100 training instances from each of the 6 training tasks, the held-out instances of
+# the same tasks (a BIG-Bench-Hard task of 250 instances has 25; E2E NLG, 2,161 instances, has 216), and the
+# first 100 of each of the 2 test tasks. The `seen` instances never occur in a `train` sample, whatever the seed:
 
 # %%
-if SNI_MINI.exists():
-    train_ds, train_report = load_sni(SNI_MINI, "train")
-    test_ds, test_report = load_sni(SNI_MINI, "test")
-    test_eq((len(train_ds), len(test_ds)), (600, 200))
-    test_eq(sorted(set(test_ds["task"])), ["task1745_bbh_navigate", "task1752_bbh_sports_understanding"])
-    test_eq("task1757_bbh_web_of_lies" in set(train_ds["task"]) | set(test_ds["task"]), False)
-    test_eq(test_ds[0]["id"], json.loads((SNI_MINI / "tasks" / "task1745_bbh_navigate.json").read_text())["Instances"][0]["id"])
-    print(train_report, test_report)
-    print(test_ds[0]["source"][-300:], "→", test_ds[0]["references"])
-else:
-    print(f"skipped: {SNI_MINI.resolve()} not found (the SNI miniature ships beside the project for CI only)")
+train_ds, train_report = load_sni(split="train")
+seen_ds, seen_report = load_sni(split="seen")
+unseen_ds, unseen_report = load_sni(split="unseen")
+test_eq((len(train_ds), len(seen_ds), len(unseen_ds)), (600, 249, 200))
+test_eq(sorted(set(unseen_ds["task"])), ["task1745_bbh_navigate", "task1752_bbh_sports_understanding"])
+test_eq(sorted(set(seen_ds["task"])), sorted(set(train_ds["task"])))
+test_eq("task1757_bbh_web_of_lies" in set(train_ds["task"]) | set(unseen_ds["task"]), False)
+test_eq(unseen_ds[0]["id"], json.loads((SNI_MINI / "tasks" / "task1745_bbh_navigate.json").read_text())["Instances"][0]["id"])
+for s in range(3):
+    test_eq(set(load_sni(split="train", seed=s)[0]["id"]) & set(seen_ds["id"]), set())
+print(Counter(seen_ds["task"]))
+
+# %% [markdown]
+# The per-task answers the evaluation will use: the majority answer (sports understanding's test instances
+# after the first 100 say "no" 82 times and "yes" 68 times), and the options of the classification tasks —
+# 5 of the 8 tasks here; object counting (17 distinct counts), arithmetic and word sorting are generation tasks:
+
+# %%
+per_task = {r["task"]: (r["majority"], r["options"]) for ds in (seen_ds, unseen_ds) for r in ds}
+for name, (majority, options) in per_task.items():
+    print(f"{name:45} majority {majority[:40]!r:44} options {options}")
+sports = json.loads((SNI_MINI / "tasks" / "task1752_bbh_sports_understanding.json").read_text())
+test_eq(Counter(i["output"][0] for i in sports["Instances"][100:]), Counter({"no": 82, "yes": 68}))
+test_eq(per_task["task1752_bbh_sports_understanding"], ("no", ["no", "yes"]))
+test_eq(per_task["task1393_superglue_copa_text_completion"][1], ["A", "B"])
+test_eq(per_task["task1746_bbh_object_counting"][1], [])
 
 # %% [markdown]
 # The exact prompt of a known instance (`task1752_0` of BIG-Bench's sports understanding): the instance input
 # ends with a quote, which is punctuation, so no period is added.
 
 # %%
-if SNI_MINI.exists():
-    sports = json.loads((SNI_MINI / "tasks" / "task1752_bbh_sports_understanding.json").read_text())
-    test_eq(sports["Instances"][0]["id"], "task1752_0")
-    test_eq(format_prompt(sports, sports["Instances"][0]["input"]),
-            'Definition: Determine whether an artificially constructed sentence relating to sports is plausible or not.\n\n'
-            ' Positive Example 1 -\nInput: Is the following sentence plausible? "Bam Adebayo scored a reverse layup in the '
-            'Western Conference Finals."\n Output: Let\'s think step by step. Bam Adebayo is an American basketball player. '
-            'Scoring a reverse layup in the Western Conference Finals is part of the NBA Finals. So the answer is yes.\n\n'
-            ' Positive Example 2 -\nInput: Is the following sentence plausible? "Santi Cazorla scored a touchdown."\n'
-            ' Output: Let\'s think step by step. Santi Cazorla is a soccer player. Touchdown is part of American football '
-            'and rugby. So the answer is no.\n\n'
-            'Now complete the following example -\nInput: Is the following sentence plausible? "Elias Lindholm beat the '
-            'buzzer."\nOutput: ')
+test_eq(sports["Instances"][0]["id"], "task1752_0")
+test_eq(format_prompt(sports, sports["Instances"][0]["input"]),
+        'Definition: Determine whether an artificially constructed sentence relating to sports is plausible or not.\n\n'
+        ' Positive Example 1 -\nInput: Is the following sentence plausible? "Bam Adebayo scored a reverse layup in the '
+        'Western Conference Finals."\n Output: Let\'s think step by step. Bam Adebayo is an American basketball player. '
+        'Scoring a reverse layup in the Western Conference Finals is part of the NBA Finals. So the answer is yes.\n\n'
+        ' Positive Example 2 -\nInput: Is the following sentence plausible? "Santi Cazorla scored a touchdown."\n'
+        ' Output: Let\'s think step by step. Santi Cazorla is a soccer player. Touchdown is part of American football '
+        'and rugby. So the answer is no.\n\n'
+        'Now complete the following example -\nInput: Is the following sentence plausible? "Elias Lindholm beat the '
+        'buzzer."\nOutput: ')
+print(unseen_ds[0]["source"][-300:], "→", unseen_ds[0]["references"])
 
 # %% [markdown]
-# Bad input: a missing split file, a listed task that is absent, a malformed JSON, and instances with empty
-# outputs (skipped and counted, never silently):
+# Bad input: an unknown split, a missing split file, a listed task that is absent, a malformed JSON, and instances
+# with empty outputs (skipped and counted, never silently). A test task whose instances are all evaluated takes
+# its majority answer from its positive examples:
 
 # %%
 bad = Path(tempfile.mkdtemp())
-test_fail(lambda: load_sni(bad, "test"), contains="test_tasks.txt not found")
+test_fail(lambda: load_sni(bad, "test"), contains="Unknown split 'test'")
+test_fail(lambda: load_sni(bad, "unseen"), contains="test_tasks.txt not found")
 (bad / "splits" / "default").mkdir(parents=True); (bad / "tasks").mkdir()
 (bad / "splits" / "default" / "test_tasks.txt").write_text("task1\ntask2\n")
-test_fail(lambda: load_sni(bad, "test"), contains="Task 'task1' is listed in")
-(bad / "tasks" / "task1.json").write_text('{"Definition": ["d"], "Positive Examples": [], "Instances": [\n'
-                                          '{"id": "a", "input": "x", "output": ["y"]}, {"id": "b", "input": "x", "output": ["", " "]}]}')
+test_fail(lambda: load_sni(bad, "unseen"), contains="Task 'task1' is listed in")
+(bad / "tasks" / "task1.json").write_text('{"Definition": ["d"], "Positive Examples": [{"input": "x", "output": "z"}], '
+                                          '"Instances": [{"id": "a", "input": "x", "output": ["y"]}, '
+                                          '{"id": "b", "input": "x", "output": ["", " "]}]}')
 (bad / "tasks" / "task2.json").write_text('{"Definition": ["d"], "Instances": [}')
-test_fail(lambda: load_sni(bad, "test"), contains="task2.json is not valid JSON")
+test_fail(lambda: load_sni(bad, "unseen"), contains="task2.json is not valid JSON")
 (bad / "tasks" / "task2.json").write_text('{"Definition": ["d"], "Positive Examples": [], "Instances": []}')
-ds, report = load_sni(bad, "test")
-test_eq((len(ds), report["skipped_empty_output"]), (1, {"task1": 1}))
+ds, report = load_sni(bad, "unseen")
+test_eq((len(ds), report["skipped_empty_output"], ds[0]["majority"]), (1, {"task1": 1}, "z"))
 
 # %% [markdown]
 # ## Rouge-L and exact match
 #
-# Rouge-L (longest common subsequence F-measure, stemming on, via `rouge-score`) and exact match (after
-# lower-casing and removing punctuation, articles and extra spaces, as Tk-Instruct does), each taken as the
-# **max over the instance's references**, × 100.
+# Rouge-L (longest common subsequence F-measure, stemming on, via `rouge-score`) and exact match, each taken as
+# the **max over the instance's references**, × 100. Exact match compares answers after Tk-Instruct's
+# `normalize_answer` (its `compute_metrics.py`, "adapted from SQuAD v1.1 evaluation, without removing the
+# articles"): lower-case, drop punctuation, squeeze white space — and **keep** the articles, unlike SQuAD's rule.
+# So "the answer" and "answer" do not match.
 
 # %%
 #| export
@@ -236,9 +324,8 @@ def rouge_l(prediction: str, references: list[str]) -> float:
 
 
 def normalize_answer(text: str) -> str:
-    "Lower-case, drop punctuation and articles, squeeze whitespace"
-    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
-    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+    "Tk-Instruct's rule: lower-case, drop punctuation, squeeze white space (articles are kept)"
+    return " ".join("".join(ch for ch in text.lower() if ch not in string.punctuation).split())
 
 
 def exact_match(prediction: str, references: list[str]) -> float:
@@ -249,14 +336,16 @@ def exact_match(prediction: str, references: list[str]) -> float:
 # %% [markdown]
 # Hand-worked pairs: "the cat sat on the mat" vs "the cat is on the mat" share the subsequence
 # "the cat on the mat" (5 of 6 tokens each way): F = 5/6. Stemming makes "running dogs" match "run dog".
-# The max over references picks the best one:
+# The max over references picks the best one. Exact match ignores case, punctuation and spacing, not words:
 
 # %%
 test_close(rouge_l("the cat sat on the mat", ["the cat is on the mat"]), 100 * 5 / 6, eps=1e-9)
 test_close(rouge_l("running dogs", ["run dog"]), 100.0, eps=1e-9)
 test_close(rouge_l("yes", ["no", "Yes"]), 100.0, eps=1e-9)        # max over references
 test_close(rouge_l("a b c d", ["a x c y"]), 50.0, eps=1e-9)       # LCS "a c": P = R = 2/4
-test_eq(exact_match("The Answer!", ["answer"]), 100.0)
+test_eq(normalize_answer("  An apple, a  day!"), "an apple a day")
+test_eq(exact_match("The Answer!", ["the  answer"]), 100.0)
+test_eq(exact_match("the answer", ["answer"]), 0.0)               # articles count (SQuAD's rule would say 100)
 test_eq(exact_match("no", ["yes", "maybe"]), 0.0)
 
 
@@ -314,42 +403,150 @@ test_eq(batch["labels"].shape, (2, 2)); test_eq((batch["labels"] == -100).sum().
 
 
 # %% [markdown]
-# ## Evaluation by generation
+# ## Rank classification
 #
-# Greedy decoding with the model's KV cache, sources sorted by length so batches waste little padding,
-# predictions decoded without special tokens. Scores: overall, per task and per category.
+# A small model's greedy answer to "Is the sentence plausible?" may be "-26" — the format of some training task —
+# even when it has learned that "no" is likelier than "yes". Rank classification asks the model only to compare:
+# for each option $o$ of the task, the log-likelihood of its tokens (EOS included) given the prompt,
+# $\log p(o \mid x) = \sum_t \log p(o_t \mid o_{<t}, x)$, and the answer is the option with the highest one
+# (T0 and FLAN score their classification tasks this way). The encoder runs once per instance; the decoder once
+# per (instance, option).
 
 # %%
 #| export
 @torch.no_grad()
+def option_log_likelihoods(model: T5, input_ids: torch.Tensor,  # [batch, source] padded prompts
+                           attention_mask: torch.Tensor,
+                           options: list[list[list[int]]],  # per row, the token ids of each of its options
+                           ) -> list[torch.Tensor]:
+    "Per row, the summed log-likelihood of each of its options given the row's prompt"
+    encoder_out = model.encode(input_ids, attention_mask)
+    row = torch.tensor([i for i, opts in enumerate(options) for _ in opts], device=input_ids.device)
+    flat = [o for opts in options for o in opts]
+    labels = torch.full((len(flat), max(map(len, flat))), -100, dtype=torch.long)
+    for j, o in enumerate(flat):
+        labels[j, :len(o)] = torch.tensor(o)
+    labels = labels.to(input_ids.device)
+    decoder_input_ids = shift_right(labels, model.config.decoder_start_token_id, model.config.pad_token_id)
+    h, _ = model.decoder(decoder_input_ids, encoder_out=encoder_out[row], encoder_mask=attention_mask[row])
+    logp = model.head(h).float().log_softmax(-1)
+    token_logp = logp.gather(-1, labels.clamp(min=0)[..., None])[..., 0].masked_fill(labels == -100, 0.0)
+    return list(token_logp.sum(-1).cpu().split([len(opts) for opts in options]))
+
+
+# %% [markdown]
+# Checked against a hand computation: a tiny random T5, two prompts of different lengths (so one is padded) with
+# three options of different lengths, each option's log-likelihood also computed alone — one unpadded prompt,
+# one option, $\sum_t \log \mathrm{softmax}(\text{logits}_t)[o_t]$:
+
+# %%
+from nanot5_edu.model import ModelConfig
+torch.manual_seed(0)
+tiny = T5(ModelConfig(vocab_size=len(tok), d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4)).eval()
+prompts = [tok("Is the sky blue?").input_ids, tok("Is the following sentence plausible? The cat barked.").input_ids]
+opts = [[tok(o).input_ids for o in ("yes", "no", "maybe so")], [tok(o).input_ids for o in ("yes", "no")]]
+b = PaddingCollator()([(p, [1]) for p in prompts])
+batched = option_log_likelihoods(tiny, b["input_ids"], b["attention_mask"], opts)
+for p, row_opts, got in zip(prompts, opts, batched):
+    alone = [tiny(torch.tensor([p]), labels=torch.tensor([o])).logits[0].log_softmax(-1)[range(len(o)), o].sum()
+             for o in row_opts]
+    test_close(got, torch.stack(alone), eps=1e-4)
+print([x.tolist() for x in batched])
+
+# %% [markdown]
+# ## Evaluation, always with its baselines
+#
+# `evaluate_sni` generates greedily with the model's KV cache (sources sorted by length so batches waste little
+# padding, predictions decoded without special tokens) and scores each instance by Rouge-L and exact match; on
+# the instances of classification tasks it adds rank-classification accuracy. On the **same instances** it scores
+# two baselines that need no model: the task's **majority** answer (also the majority accuracy beside rank
+# classification) and a **copy of the input**. Scores come overall, per task and per category.
+
+# %%
+#| export
+EVAL_SETS = {"seen": "seen tasks, new instances", "unseen": "unseen tasks"}
+METRICS = ("rougeL", "exact_match", "rank_accuracy", "majority_rougeL", "majority_exact_match", "majority_accuracy",
+           "copy_input_rougeL", "copy_input_exact_match")
+
+
+def _aggregate(rows: list[dict]) -> dict:
+    "Mean of each metric over the rows that have it (None when none does)"
+    out = {"instances": len(rows), "classification_instances": sum(r["rank_accuracy"] is not None for r in rows)}
+    for key in METRICS:
+        values = [r[key] for r in rows if r[key] is not None]
+        out[key] = sum(values) / len(values) if values else None
+    return out
+
+
+@torch.no_grad()
 def evaluate_sni(model: T5, tokenizer, ds: datasets.Dataset, batch_size: int = 16, max_source_length: int = 1024,
                  max_new_tokens: int = 128, device=None) -> dict:
-    "Greedy predictions and Rouge-L / exact match (max over references), overall, per task, per category"
+    "Greedy predictions scored by Rouge-L / exact match, rank classification where a task has options, and the baselines"
     model.eval()
     device = device or next(model.parameters()).device
     pairs = tokenize_sni(ds, tokenizer, max_source_length, 2)
     order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]))
-    predictions = [None] * len(pairs)
+    predictions, ranked = [None] * len(pairs), [None] * len(pairs)
     collate = PaddingCollator(tokenizer.pad_token_id)
+    rows = ds.to_list()
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        b = collate([pairs[i] for i in idx])
-        out = model.generate(b["input_ids"].to(device), max_new_tokens, attention_mask=b["attention_mask"].to(device))
+        b = {k: v.to(device) for k, v in collate([pairs[i] for i in idx]).items()}
+        out = model.generate(b["input_ids"], max_new_tokens, attention_mask=b["attention_mask"])
         for i, ids in zip(idx, out.tolist()):
             predictions[i] = tokenizer.decode(ids, skip_special_tokens=True).strip()
-    per_example = [{"id": row["id"], "task": row["task"], "category": row["category"], "prediction": p,
-                    "references": row["references"], "rougeL": rouge_l(p, row["references"]),
-                    "exact_match": exact_match(p, row["references"])} for row, p in zip(ds.to_list(), predictions)]
-
-    def mean(rows, key): return sum(r[key] for r in rows) / len(rows)
+        with_options = [j for j, i in enumerate(idx) if rows[i]["options"]]
+        if with_options:
+            sel = torch.tensor(with_options, device=device)
+            scores = option_log_likelihoods(model, b["input_ids"][sel], b["attention_mask"][sel],
+                                            [tokenizer(rows[idx[j]]["options"]).input_ids for j in with_options])
+            for j, s in zip(with_options, scores):
+                ranked[idx[j]] = rows[idx[j]]["options"][int(s.argmax())]
+    per_example = []
+    for row, p, r in zip(rows, predictions, ranked):
+        refs = row["references"]
+        per_example.append({
+            "id": row["id"], "task": row["task"], "category": row["category"], "prediction": p, "ranked": r,
+            "references": refs, "rougeL": rouge_l(p, refs), "exact_match": exact_match(p, refs),
+            "rank_accuracy": None if r is None else exact_match(r, refs),
+            "majority_rougeL": rouge_l(row["majority"], refs), "majority_exact_match": exact_match(row["majority"], refs),
+            "majority_accuracy": None if r is None else exact_match(row["majority"], refs),
+            "copy_input_rougeL": rouge_l(row["input"], refs), "copy_input_exact_match": exact_match(row["input"], refs)})
     groups = {"task": defaultdict(list), "category": defaultdict(list)}
     for r in per_example:
         groups["task"][r["task"]].append(r); groups["category"][r["category"]].append(r)
-    return {"overall": {"rougeL": mean(per_example, "rougeL"), "exact_match": mean(per_example, "exact_match"),
-                        "instances": len(per_example)},
-            **{f"per_{g}": {k: {"rougeL": mean(v, "rougeL"), "exact_match": mean(v, "exact_match"), "instances": len(v)}
-                            for k, v in sorted(groups[g].items())} for g in groups},
+    return {"overall": _aggregate(per_example),
+            **{f"per_{g}": {k: _aggregate(v) for k, v in sorted(groups[g].items())} for g in groups},
             "predictions": per_example}
+
+
+def format_scores(scores: dict) -> str:
+    "A markdown table of an evaluate_sni result: the model's scores, each followed by its baselines"
+    f = lambda v: "–" if v is None else f"{v:.1f}"
+    lines = ["| task | n | Rouge-L | majority | copy input | exact match | majority | copy input | rank acc. | majority |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in [*scores["per_task"].items(), ("**overall**", scores["overall"])]:
+        lines.append(f"| {name} | {r['instances']} | " + " | ".join(f(r[k]) for k in (
+            "rougeL", "majority_rougeL", "copy_input_rougeL", "exact_match", "majority_exact_match",
+            "copy_input_exact_match", "rank_accuracy", "majority_accuracy")) + " |")
+    return "\n".join(lines)
+
+
+# %% [markdown]
+# On the unseen tasks, the tiny random model above and the hand-checkable baselines: the navigate task's first 100
+# instances answer "No" 56 times, and its majority answer (from the other 150) is "No", so the majority
+# baseline's exact match there is 56.0. A copy of the input never matches a yes/no reference.
+
+# %%
+scores = evaluate_sni(tiny, tok, load_sni(split="unseen", tokenizer=tok, max_source_length=128)[0],
+                      batch_size=32, max_source_length=128, max_new_tokens=4)
+print(format_scores(scores))
+navigate = scores["per_task"]["task1745_bbh_navigate"]
+test_eq((navigate["instances"], navigate["classification_instances"]), (100, 100))
+test_close(navigate["majority_exact_match"], 56.0, eps=1e-9)
+test_eq(navigate["majority_accuracy"], navigate["majority_exact_match"])
+test_eq(scores["overall"]["copy_input_exact_match"], 0.0)
+test_eq(all(p["ranked"] in ("No", "Yes", "no", "yes") for p in scores["predictions"]), True)
 
 
 # %% [markdown]
@@ -357,42 +554,113 @@ def evaluate_sni(model: T5, tokenizer, ds: datasets.Dataset, batch_size: int = 1
 #
 # `--checkpoint` may be a run directory of ours (its `hf/` export is used), a checkpoint directory of ours
 # (`checkpoints/step_N`), any HF T5 directory (`config.json` + weights), or a hub name such as
-# `google/t5-v1_1-base` (needs internet).
+# `google/t5-v1_1-base` (needs internet). Every weight of the model must come from the checkpoint: a missing or
+# unexpected weight (other than HF's two aliases of the shared embedding, `HF_ALIAS_KEYS`) is an error that names
+# it, never a model left partly at its random init. `dropout_rate`, a training choice, may be set for the run;
+# everything else of the architecture is the checkpoint's.
 
 # %%
 #| export
-def load_model(checkpoint: str | Path) -> tuple[T5, object]:
-    "(T5, tokenizer) from a run dir, a checkpoint dir of ours, an HF T5 directory or a hub name"
+def _resolve_checkpoint(checkpoint: str | Path) -> tuple[str, Path | str]:
+    "('ours', a checkpoints/step_N dir) or ('hf', an HF model dir or a hub name)"
     p = Path(checkpoint)
     if (p / "hf" / "config.json").exists():
         p = p / "hf"
-    if (p / "trainer_state.json").exists():  # checkpoints/step_N: weights + the run's config and tokenizer
-        from safetensors.torch import load_file
-        from nanot5_edu.model import ModelConfig
-        cfg = json.loads((p / "trainer_state.json").read_text())["config"]
-        model = T5(ModelConfig(**cfg["model"]))
-        model.load_state_dict(load_file(p / "model.safetensors"), strict=False)
-        return model, load_tokenizer(cfg["data"]["tokenizer"] or p.parent.parent / "tokenizer")
+    if (p / "trainer_state.json").exists():
+        return "ours", p
     if p.exists() and not (p / "config.json").exists():
         raise ConfigError(f"{p} is neither a run dir, a checkpoint dir nor an HF model dir (no config.json).")
-    return T5.from_hf(p if p.exists() else str(checkpoint)), load_tokenizer(p if p.exists() else str(checkpoint))
+    return "hf", p if p.exists() else str(checkpoint)
+
+
+def _check_weights(source, missing, unexpected):
+    missing, unexpected = sorted(set(missing) - set(HF_ALIAS_KEYS)), sorted(unexpected)
+    if missing or unexpected:
+        show = lambda keys: ", ".join(keys[:10]) + (f" (and {len(keys) - 10} more)" if len(keys) > 10 else "")
+        raise ConfigError(f"{source} does not fit the model: " + "; ".join(
+            [f"missing weights {show(missing)}"] * bool(missing) + [f"unexpected weights {show(unexpected)}"] * bool(unexpected))
+            + ". Is it a T5 v1.1 checkpoint of this architecture, and complete? Loading it would leave random weights.")
+
+
+def checkpoint_model_config(checkpoint: str | Path) -> ModelConfig:
+    "The architecture of a checkpoint (run dir, checkpoint dir, HF dir or hub name), read without its weights"
+    kind, src = _resolve_checkpoint(checkpoint)
+    if kind == "ours":
+        return ModelConfig(**json.loads((src / "trainer_state.json").read_text())["config"]["model"])
+    from transformers import T5Config
+    config = T5Config.from_pretrained(src)
+    config.tie_word_embeddings = T5Config.get_config_dict(src)[0].get("tie_word_embeddings", True)  # 5.x resets it
+    return ModelConfig.from_hf(config)
+
+
+def load_model(checkpoint: str | Path,
+               dropout_rate: float | None = None,  # the run's dropout; None: the checkpoint's
+               ) -> tuple[T5, object]:
+    "(T5, tokenizer) from a run dir, a checkpoint dir of ours, an HF T5 directory or a hub name; every weight must load"
+    kind, src = _resolve_checkpoint(checkpoint)
+    if kind == "ours":  # checkpoints/step_N: weights + the run's config; the tokenizer is the run's
+        from safetensors.torch import load_file
+        cfg = json.loads((src / "trainer_state.json").read_text())["config"]
+        config = checkpoint_model_config(src)
+        model = T5(config if dropout_rate is None else dataclasses.replace(config, dropout_rate=dropout_rate))
+        _check_weights(src, *model.load_state_dict(load_file(src / "model.safetensors"), strict=False))
+        return model, load_tokenizer(cfg["data"]["tokenizer"] or src.parent.parent / "tokenizer")
+    from transformers import T5ForConditionalGeneration
+    hf, info = T5ForConditionalGeneration.from_pretrained(
+        src, output_loading_info=True, **({} if dropout_rate is None else {"dropout_rate": dropout_rate}))
+    _check_weights(src, info["missing_keys"], info["unexpected_keys"])
+    return T5.from_hf(hf), load_tokenizer(src)
+
+
+# %% [markdown]
+# A tiny checkpoint in HF's format round-trips with every weight and the run's dropout; the same checkpoint with
+# one weight renamed is refused, naming both keys:
+
+# %%
+from safetensors.torch import load_file, save_file
+ckpt = export_hf(tiny, tok, Path(tempfile.mkdtemp()) / "tiny-hf")
+loaded, _ = load_model(ckpt, dropout_rate=0.1)
+test_eq(loaded.config.dropout_rate, 0.1)
+test_eq(all(torch.equal(v, loaded.state_dict()[k]) for k, v in tiny.state_dict().items()), True)
+test_eq(checkpoint_model_config(ckpt), dataclasses.replace(tiny.config))
+state = load_file(ckpt / "model.safetensors")
+state["decoder.final_layer_norm.scale"] = state.pop("decoder.final_layer_norm.weight")
+save_file(state, ckpt / "model.safetensors", metadata={"format": "pt"})
+test_fail(lambda: load_model(ckpt), contains="missing weights decoder.final_layer_norm.weight; "
+                                               "unexpected weights decoder.final_layer_norm.scale")
+test_fail(lambda: load_model(tempfile.mkdtemp()), contains="no config.json")
 
 
 # %% [markdown]
 # ## Fine-tuning with the same loop
 #
 # The config tree of [05](05_training.ipynb) plus an `sni` section. The `sni` preset is nanoT5's: AdamW at
-# 5e-5, constant schedule, batch 8, no clipping, fp32, dropout as in the checkpoint (0 here, as in nanoT5).
+# 5e-5, constant schedule, batch 8, no clipping, fp32, **dropout 0** (HF's T5 v1.1 configs say 0.1; nanoT5
+# fine-tunes with 0). With `--checkpoint`, `make_finetune_config` builds the config in this order, each layer
+# overriding the one before: the preset, the checkpoint's architecture (all of `model.*` but dropout), your
+# `key=value` overrides. So `model.dropout_rate=0.1` on the command line wins, and an override of an
+# architecture field that contradicts the checkpoint is an error, not a silent replacement.
+#
+# `sni.random_init=true` keeps the checkpoint's architecture and tokenizer but starts from random weights: the
+# control run of "what did pre-training buy?". `sni.eval_on` picks the evaluation after training: `seen`
+# (held-out instances of the training tasks), `unseen` (the test tasks) or `both`. SNI's official score is the
+# unseen one; a model of a few million parameters cannot follow an instruction it has never seen, so the seen
+# evaluation is where fine-tuning shows at CPU scale. The held-out loss that `fit` logs is on the seen set
+# (or the unseen one with `sni.eval_on=unseen`).
 
 # %%
 #| export
 @dataclass
 class SNIConfig:
-    data_dir: str = ""  # a natural-instructions clone (tasks/, splits/default/)
+    data_dir: str = ""  # a natural-instructions clone (tasks/, splits/default/); '': the packaged sni-mini
     checkpoint: str | None = None  # run dir / checkpoint dir / HF dir / hub name; None: random init (uses data.tokenizer)
+    random_init: bool = False  # with a checkpoint: its architecture and tokenizer, new random weights (the control)
     max_source_length: int = 1024
-    max_target_length: int = 128
-    instances_per_task: int = 100
+    max_target_length: int = 128  # also the generation length at evaluation
+    instances_per_task: int = 100  # training instances per training task
+    eval_on: str = "both"  # seen | unseen | both
+    seen_instances_per_task: int = 10  # held-out instances per training task (756 tasks in the full SNI)
+    unseen_instances_per_task: int = 100  # first instances of each test task (SNI's official setting: 100)
     num_pos_examples: int = 2
     eval_batch_size: int = 16
 
@@ -405,48 +673,64 @@ class FinetuneConfig(Config):
 FINETUNE_PRESETS = {
     "sni": ["optim.name=adamw", "optim.lr=5e-5", "optim.scheduler=constant", "optim.warmup_steps=0",
             "optim.batch_size=8", "optim.grad_clip=0", "train.precision=fp32", "train.total_steps=18830",
-            "eval.every_steps=2000", "eval.batches=25", "eval.batch_size=8", "eval.samples=2",
-            "checkpoint.every_steps=2000", "logging.every_steps=100", "logging.run_dir=runs/sni"],
+            "model.dropout_rate=0.0", "eval.every_steps=2000", "eval.batches=25", "eval.batch_size=8",
+            "eval.samples=2", "checkpoint.every_steps=2000", "logging.every_steps=100", "logging.run_dir=runs/sni"],
 }
 
 
+def _check_architecture(cfg: FinetuneConfig, model: T5):
+    "The run's model config must be the checkpoint's, dropout aside"
+    diff = [f"model.{f.name}={getattr(cfg.model, f.name)!r} (the checkpoint's: {getattr(model.config, f.name)!r})"
+            for f in dataclasses.fields(ModelConfig)
+            if f.name != "dropout_rate" and getattr(cfg.model, f.name) != getattr(model.config, f.name)]
+    if diff:
+        raise ConfigError(f"{', '.join(diff)}: a checkpoint fixes the architecture, only model.dropout_rate can be "
+                          f"changed. Drop the override, or build the config with make_finetune_config (it copies "
+                          f"the checkpoint's architecture).")
+
+
 def finetune(cfg: FinetuneConfig) -> dict:
-    "Fine-tune on SNI train tasks with `fit`, then score the test tasks; returns a summary"
+    "Fine-tune on SNI train tasks with `fit`, then score the seen and/or unseen evaluation sets; returns a summary"
     t_start = time.time()
-    if not cfg.sni.data_dir:
-        raise ConfigError("sni.data_dir is empty: pass --data DIR (a natural-instructions clone).")
+    if cfg.sni.eval_on not in (*EVAL_SETS, "both"):
+        raise ConfigError(f"sni.eval_on={cfg.sni.eval_on!r}: use seen, unseen or both.")
+    if cfg.sni.random_init and not cfg.sni.checkpoint:
+        raise ConfigError("sni.random_init=true copies a checkpoint's architecture and tokenizer: give --checkpoint.")
     accelerator = make_accelerator(cfg)
     run_dir, main = Path(cfg.logging.run_dir), accelerator.is_main_process
     if cfg.sni.checkpoint:
-        model, tokenizer = load_model(cfg.sni.checkpoint)
+        model, tokenizer = load_model(cfg.sni.checkpoint, cfg.model.dropout_rate)
+        _check_architecture(cfg, model)
+        if cfg.sni.random_init:
+            model = T5(cfg.model)
     elif cfg.data.tokenizer:
         model, tokenizer = T5(cfg.model), load_tokenizer(cfg.data.tokenizer)
     else:
         raise ConfigError("Random-init fine-tuning needs data.tokenizer=DIR (or give --checkpoint).")
-    cfg.model = model.config
-    kw = dict(instances_per_task=cfg.sni.instances_per_task, tokenizer=tokenizer,
-              max_source_length=cfg.sni.max_source_length, num_pos_examples=cfg.sni.num_pos_examples)
-    train_ds, train_report = load_sni(cfg.sni.data_dir, "train", seed=cfg.train.seed, **kw)
-    test_ds, test_report = load_sni(cfg.sni.data_dir, "test", **kw)
+    kw = dict(tokenizer=tokenizer, max_source_length=cfg.sni.max_source_length, num_pos_examples=cfg.sni.num_pos_examples)
+    train_ds, train_report = load_sni(cfg.sni.data_dir, "train", cfg.sni.instances_per_task, seed=cfg.train.seed, **kw)
+    sizes = {"seen": cfg.sni.seen_instances_per_task, "unseen": cfg.sni.unseen_instances_per_task}
+    names = list(EVAL_SETS) if cfg.sni.eval_on == "both" else [cfg.sni.eval_on]
+    evals = {name: load_sni(cfg.sni.data_dir, name, sizes[name], **kw) for name in names}
     lengths = (cfg.sni.max_source_length, cfg.sni.max_target_length)
     micro = cfg.optim.batch_size // (cfg.optim.grad_acc * accelerator.num_processes)
     stream = BatchStream(tokenize_sni(train_ds, tokenizer, *lengths, seed=cfg.train.seed), PaddingCollator(),
                          micro, cfg.train.seed, accelerator.process_index, accelerator.num_processes)
-    valid = BatchStream(tokenize_sni(test_ds, tokenizer, *lengths), PaddingCollator(), cfg.eval.batch_size, seed=1234)
-    valid_batches = [next(valid) for _ in range(min(cfg.eval.batches, len(test_ds) // cfg.eval.batch_size))]
+    valid_ds = evals[names[0]][0]
+    valid = BatchStream(tokenize_sni(valid_ds, tokenizer, *lengths), PaddingCollator(), cfg.eval.batch_size, seed=1234)
+    valid_batches = [next(valid) for _ in range(min(cfg.eval.batches, len(valid_ds) // cfg.eval.batch_size))]
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
 
     model, step = fit(cfg, accelerator, model, tokenizer, stream, valid_batches)
 
-    summary = {"run_dir": str(run_dir), "steps": step, "main_process": main,
-               "train": train_report, "test": test_report}
+    summary = {"run_dir": str(run_dir), "steps": step, "main_process": main, "train": train_report,
+               **{name: report for name, (_, report) in evals.items()}}
     if main:
-        scores = evaluate_sni(model, tokenizer, test_ds, cfg.sni.eval_batch_size, cfg.sni.max_source_length,
-                              cfg.sni.max_target_length)
+        scores = {name: evaluate_sni(model, tokenizer, ds, cfg.sni.eval_batch_size, cfg.sni.max_source_length,
+                                     cfg.sni.max_target_length) for name, (ds, _) in evals.items()}
         (run_dir / "sni_eval.json").write_text(json.dumps(scores, indent=1))
-        summary.update(eval_summary(run_dir), rougeL=scores["overall"]["rougeL"],
-                       exact_match=scores["overall"]["exact_match"], per_task=scores["per_task"],
+        summary.update(eval_summary(run_dir), scores={name: s["overall"] for name, s in scores.items()},
                        hf_export=str(export_hf(model, tokenizer, run_dir / "hf")), loss_plot=str(plot_run(run_dir)),
                        wall_s=time.time() - t_start)
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -454,73 +738,219 @@ def finetune(cfg: FinetuneConfig) -> dict:
     return summary
 
 
-def make_finetune_config(checkpoint: str | None, data_dir: str, overrides=()) -> FinetuneConfig:
-    "The `sni` preset with the checkpoint, the data directory and key=value overrides"
-    return make_config("sni", [*(["sni.checkpoint=" + str(checkpoint)] if checkpoint else []),
-                               f"sni.data_dir={data_dir}", *overrides], FinetuneConfig, FINETUNE_PRESETS)
+def make_finetune_config(checkpoint: str | None = None, data_dir: str | None = None, overrides=()) -> FinetuneConfig:
+    "The `sni` preset, then the checkpoint's architecture (dropout aside), then key=value overrides"
+    architecture = [f"model.{k}={v}" for k, v in dataclasses.asdict(checkpoint_model_config(checkpoint)).items()
+                    if k != "dropout_rate"] if checkpoint else []
+    return make_config("sni", [*architecture, *([f"sni.checkpoint={checkpoint}"] if checkpoint else []),
+                               *([f"sni.data_dir={data_dir}"] if data_dir else []), *overrides],
+                       FinetuneConfig, FINETUNE_PRESETS)
 
 
 # %% [markdown]
-# A few steps through the real code path (the CLI test in `tests/` does the same end to end):
+# The config layers on a checkpoint whose config says dropout 0.1, as google/t5-v1_1-base's does: the preset's 0
+# wins over it, an override wins over the preset, the architecture is the checkpoint's, and an architecture
+# override that contradicts it stops the run before any compute:
 
 # %%
-if SNI_MINI.exists():
-    tmp = Path(tempfile.mkdtemp())
-    tok.save_pretrained(tmp / "tok")
-    cfg = make_finetune_config(None, str(SNI_MINI), [f"data.tokenizer={tmp / 'tok'}", "model.num_layers=1",
-        "model.d_ff=256", "train.total_steps=4", "optim.batch_size=4", "optim.lr=1e-3", "eval.batches=1",
-        "eval.batch_size=4", "logging.every_steps=2", f"logging.run_dir={tmp / 'ft'}", "logging.progress_bar=false",
-        "sni.instances_per_task=4", "sni.max_source_length=256", "sni.max_target_length=16"])
-    s = finetune(cfg)
-    test_eq((s["steps"], s["test"]["instances"]), (4, 8))
-    saved = json.loads((tmp / "ft" / "sni_eval.json").read_text())
-    test_eq(sorted(saved["per_task"]), ["task1745_bbh_navigate", "task1752_bbh_sports_understanding"])
-    test_eq(len(saved["predictions"]), 8)
-    print({k: v for k, v in s.items() if k in ("rougeL", "exact_match", "first_eval_loss", "final_eval_loss")})
+ckpt = export_hf(T5(dataclasses.replace(tiny.config, dropout_rate=0.1)), tok, Path(tempfile.mkdtemp()) / "hf-dropout")
+test_eq(make_finetune_config(str(ckpt)).model, dataclasses.replace(tiny.config, dropout_rate=0.0))
+test_eq(make_finetune_config(str(ckpt), overrides=["model.dropout_rate=0.1"]).model.dropout_rate, 0.1)
+test_fail(lambda: finetune(make_finetune_config(str(ckpt), overrides=["model.d_ff=128", "logging.run_dir=" + tempfile.mkdtemp()])),
+          contains="model.d_ff=128 (the checkpoint's: 64)")
 
 # %% [markdown]
-# ## What pre-training buys at this scale
+# A few steps through the real code path, fine-tuning that checkpoint (the CLI test in `tests/` does the same end to
+# end): the run's model has no dropout layer, and both evaluation sets are scored beside their baselines.
+
+# %%
+tmp = Path(tempfile.mkdtemp())
+s = finetune(make_finetune_config(str(ckpt), overrides=[
+    "train.total_steps=4", "optim.batch_size=4", "optim.lr=1e-3", "eval.batches=1", "eval.batch_size=4",
+    "logging.every_steps=2", f"logging.run_dir={tmp / 'ft'}", "logging.progress_bar=false", "sni.instances_per_task=4",
+    "sni.seen_instances_per_task=2", "sni.unseen_instances_per_task=4", "sni.max_source_length=256",
+    "sni.max_target_length=16"]))
+test_eq((s["steps"], s["seen"]["instances"], s["unseen"]["instances"]), (4, 12, 8))
+test_eq(json.loads((tmp / "ft" / "hf" / "config.json").read_text())["dropout_rate"], 0.0)
+saved = json.loads((tmp / "ft" / "sni_eval.json").read_text())
+test_eq(sorted(saved["unseen"]["per_task"]), ["task1745_bbh_navigate", "task1752_bbh_sports_understanding"])
+test_eq(len(saved["seen"]["per_task"]), 6)
+for name, label in EVAL_SETS.items():
+    print(f"{label}:\n{format_scores(saved[name])}\n")
+
+# %% [markdown]
+# ## The experiment: what does pre-training buy at CPU scale?
 #
-# The experiment: the `cpu-demo` checkpoint from [05](05_training.ipynb) (pre-trained for a few minutes on
-# the State of the Union corpus) and the same architecture from a random init, each fine-tuned with the
-# same steps on sni-mini's 6 train tasks and scored on its 2 unseen test tasks. (`#| slow`: ≈ 10 minutes on
-# 2 CPU cores; the saved results are shown below.)
+# The `cpu-demo` model of [05](05_training.ipynb) (13.6M parameters, pre-trained for a few minutes on the State
+# of the Union corpus) against the same architecture and tokenizer from a random init (`sni.random_init=true`),
+# each fine-tuned with the same steps on sni-mini's 6 training tasks with **10, 30 and 100 training instances per
+# task**, each over **3 seeds** (the seed draws the training sample, the data order and, for the random start,
+# the init). Every run is scored on the seen tasks' new instances and on the unseen tasks, with the baselines.
+# Where should pre-training on English text show first? On the seen data-to-text task, E2E NLG: turning
+# `name[The Eagle], food[Indian], …` into a sentence about a restaurant needs English, and no reasoning.
+#
+# A difference between the two starts is called a difference only when it exceeds the seed spread: when the
+# ranges of the 3 seeds do not overlap.
+#
+# `run_experiment` runs the grid and keeps what the tables and plots need (scores with their baselines, the
+# held-out loss curve, the time); it is checked here on a tiny checkpoint with 2 steps per run.
+
+# %%
+STARTS = {"pre-trained": [], "random init": ["sni.random_init=true"]}
+E2E = "task957_e2e_nlg_text_generation_generate"
+
+
+def run_experiment(pretrained: Path, sizes, seeds, overrides, run_root: Path) -> dict:
+    "Fine-tune from `pretrained` and from a random init of its architecture, per training size and seed"
+    runs, t_start = [], time.time()
+    for n in sizes:
+        for seed in seeds:
+            for start, extra in STARTS.items():
+                run_dir, t = Path(run_root) / f"{start.replace(' ', '-')}-n{n}-seed{seed}", time.time()
+                finetune(make_finetune_config(str(pretrained), overrides=[
+                    *overrides, *extra, f"sni.instances_per_task={n}", f"train.seed={seed}",
+                    f"logging.run_dir={run_dir}", "checkpoint.resume=never", "logging.progress_bar=false"]))
+                scores = json.loads((run_dir / "sni_eval.json").read_text())
+                metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+                runs.append({"start": start, "instances_per_task": n, "seed": seed, "wall_s": time.time() - t,
+                             "held_out_loss": [(m["step"], m["eval_loss"]) for m in metrics if "eval_loss" in m],
+                             **{name: {k: s[k] for k in ("overall", "per_task")} for name, s in scores.items()}})
+                for bulky in ("checkpoints", "hf"):  # weights and optimizer state: ~200 MB a run, not needed here
+                    shutil.rmtree(run_dir / bulky)
+                print(f"{start:12} n={n:3} seed={seed}: E2E Rouge-L {runs[-1]['seen']['per_task'][E2E]['rougeL']:5.1f}, "
+                      f"held-out loss {runs[-1]['held_out_loss'][-1][1]:.3f} ({runs[-1]['wall_s']:.0f} s)", flush=True)
+    return {"pretrained": str(pretrained), "sizes": list(sizes), "seeds": list(seeds), "overrides": list(overrides),
+            "wall_s": time.time() - t_start, "runs": runs}
+
+
+# %% [markdown]
+# The table compares the two starts at the largest training size, as mean ± sd over seeds, with the difference,
+# whether it exceeds the seed spread, and the two baselines (the same for every run: they need no model):
+
+# %%
+def spread(values: list[float]) -> tuple[float, float, float, float]:
+    "mean, sample sd (0 for one value), min, max"
+    v = np.array(values, dtype=float)
+    return v.mean(), v.std(ddof=1) if len(v) > 1 else 0.0, v.min(), v.max()
+
+
+ROWS = [  # label, eval set, task (None: overall), metric, baseline metrics
+    ("seen: E2E NLG Rouge-L", "seen", E2E, "rougeL", ("majority_rougeL", "copy_input_rougeL")),
+    ("seen: 6 tasks Rouge-L", "seen", None, "rougeL", ("majority_rougeL", "copy_input_rougeL")),
+    ("seen: rank accuracy (COPA, boolean expr.)", "seen", None, "rank_accuracy", ("majority_accuracy", None)),
+    ("unseen: 2 tasks Rouge-L", "unseen", None, "rougeL", ("majority_rougeL", "copy_input_rougeL")),
+    ("unseen: rank accuracy (navigate, sports)", "unseen", None, "rank_accuracy", ("majority_accuracy", None)),
+]
+
+
+def experiment_table(results: dict, n: int | None = None) -> str:
+    "Markdown: both starts at `n` training instances per task (default: the largest), mean ± sd over seeds"
+    n = n or max(results["sizes"])
+    runs = {start: [r for r in results["runs"] if r["start"] == start and r["instances_per_task"] == n] for start in STARTS}
+    value = lambda r, s, task, key: (r[s]["per_task"][task] if task else r[s]["overall"])[key]
+
+    def line(label, values, baselines, fmt):
+        (a, sd_a, lo_a, hi_a), (b, sd_b, lo_b, hi_b) = (spread(v) for v in values)
+        beyond = "yes" if lo_a > hi_b or lo_b > hi_a else "no"
+        return (f"| {label} | {a:{fmt}} ± {sd_a:{fmt}} | {b:{fmt}} ± {sd_b:{fmt}} | {a - b:+{fmt}} | {beyond} | "
+                + " | ".join("–" if v is None else f"{v:{fmt}}" for v in baselines) + " |")
+
+    lines = [f"| n = {n} per task, {len(results['seeds'])} seeds | pre-trained | random init | difference | "
+             "beyond seed spread? | majority | copy input |", "|---|---|---|---|---|---|---|"]
+    for label, s, task, key, base in ROWS:
+        lines.append(line(label, [[value(r, s, task, key) for r in runs[start]] for start in STARTS],
+                          [None if b is None else value(runs["pre-trained"][0], s, task, b) for b in base], ".1f"))
+    lines.append(line("seen: held-out loss (nats)", [[r["held_out_loss"][-1][1] for r in runs[start]] for start in STARTS],
+                      [None, None], ".3f"))
+    return "\n".join(lines)
+
+
+def plot_experiment(results: dict):
+    "E2E NLG Rouge-L against training instances per task, and the held-out loss curves at the largest size"
+    fig, (ax, ax_loss) = plt.subplots(1, 2, figsize=(11, 3.8))
+    n_max = max(results["sizes"])
+    for start, color in zip(STARTS, ("C0", "C1")):
+        stats = [spread([r["seen"]["per_task"][E2E]["rougeL"] for r in results["runs"]
+                         if r["start"] == start and r["instances_per_task"] == n]) for n in results["sizes"]]
+        ax.plot(results["sizes"], [m for m, *_ in stats], "o-", color=color, label=start)
+        ax.fill_between(results["sizes"], [lo for *_, lo, _ in stats], [hi for *_, hi in stats], color=color, alpha=0.2)
+        curves = [r["held_out_loss"] for r in results["runs"] if r["start"] == start and r["instances_per_task"] == n_max]
+        steps, losses = [s for s, _ in curves[0]], np.array([[l for _, l in c] for c in curves])
+        ax_loss.plot(steps, losses.mean(0), "o-", color=color, label=start)
+        ax_loss.fill_between(steps, losses.min(0), losses.max(0), color=color, alpha=0.2)
+    e2e = results["runs"][0]["seen"]["per_task"][E2E]
+    for key, label, style in (("majority_rougeL", "majority answer", ":"), ("copy_input_rougeL", "copy the input", "--")):
+        ax.axhline(e2e[key], color="gray", ls=style, lw=1, label=label)
+    ax.set_xscale("log"); ax.set_xticks(results["sizes"], [str(n) for n in results["sizes"]])
+    ax.set_xlabel("training instances per task"); ax.set_ylabel("Rouge-L"); ax.legend(fontsize=8)
+    ax.set_title(f"E2E NLG, seen task, new instances (band: {len(results['seeds'])} seeds, min-max)", fontsize=9)
+    ax_loss.set_xlabel("step"); ax_loss.set_ylabel("held-out loss (nats)"); ax_loss.legend(fontsize=8)
+    ax_loss.set_title(f"held-out loss on the seen tasks' new instances, n = {n_max} per task", fontsize=9)
+    fig.tight_layout()
+    plt.show()
+
+
+# %%
+check = run_experiment(ckpt, sizes=(1, 2), seeds=(0, 1), run_root=Path(tempfile.mkdtemp()), overrides=[
+    "train.total_steps=2", "optim.batch_size=4", "eval.every_steps=1", "eval.batches=1", "eval.batch_size=4",
+    "logging.every_steps=1", "sni.seen_instances_per_task=1", "sni.unseen_instances_per_task=2",
+    "sni.max_source_length=128", "sni.max_target_length=4"])
+test_eq(len(check["runs"]), 8)
+test_eq([s for s, _ in check["runs"][0]["held_out_loss"]], [0, 1, 2])
+print(experiment_table(check))
+plot_experiment(check)
+
+# %% [markdown]
+# The experiment itself (`#| slow`: about 18 minutes on 2 CPU cores, measured below; the saved results follow).
+# It needs the pre-trained checkpoint that the slow cell of [05](05_training.ipynb) writes to
+# `../runs/cpu-demo-notebook`. The settings, with the reason for each:
+#
+# - 150 steps of batch 8 for every run, whatever the training size (so 10 per task is 20 epochs of 60
+#   instances, 100 per task 2 epochs of 600): the same compute for both starts and all sizes;
+# - AdamW at a constant 1e-3 (the `sni` preset's 5e-5 is for a 250M-parameter T5 over 18,830 steps), fp32,
+#   dropout 0;
+# - prompts cut to 256 tokens (the positive examples that do not fit are dropped, as Tk-Instruct does), targets
+#   and generations to 48 tokens (an E2E NLG sentence is 20–40 tokens of this vocabulary);
+# - evaluation on 25 held-out instances of each training task (all of a BIG-Bench-Hard task's 25; 150 in all) and
+#   the first 50 of each test task (100); the held-out loss on 96 of the seen instances every 50 steps.
 
 # %%
 #| slow
-PRETRAINED = Path("../runs/cpu-demo-notebook")
+PRETRAINED, RESULTS = Path("../runs/cpu-demo-notebook"), Path("results/sni_experiment.json")
 assert (PRETRAINED / "hf").exists(), "run the slow cell of 05_training first (it writes ../runs/cpu-demo-notebook)"
-common = ["train.total_steps=300", "optim.lr=1e-3", "optim.batch_size=8", "eval.every_steps=100", "eval.batches=4",
-          "sni.max_source_length=512", "sni.max_target_length=32", "logging.every_steps=25", "logging.progress_bar=false",
-          "checkpoint.resume=never", "checkpoint.every_steps=300"]
-results = {}
-results["pre-trained (cpu-demo)"] = finetune(make_finetune_config(str(PRETRAINED), str(SNI_MINI),
-                                                                  [*common, "logging.run_dir=../runs/sni-pretrained"]))
-results["random init"] = finetune(make_finetune_config(None, str(SNI_MINI),
-                                                       [*common, f"data.tokenizer={PRETRAINED / 'hf'}",
-                                                        "logging.run_dir=../runs/sni-random"]))
-Path("results").mkdir(exist_ok=True)
-Path("results/finetune.json").write_text(json.dumps({k: {m: v[m] for m in ("rougeL", "exact_match", "final_eval_loss",
-                                                                               "per_task", "steps")}
-                                                     for k, v in results.items()}, indent=1))
-
-# %%
-saved = json.loads(Path("results/finetune.json").read_text())
-print("| start | test Rouge-L | exact match | test loss |\n|---|---|---|---|")
-for name, r in saved.items():
-    print(f"| {name} | {r['rougeL']:.1f} | {r['exact_match']:.1f} | {r['final_eval_loss']:.3f} |")
+results = run_experiment(PRETRAINED, sizes=(10, 30, 100), seeds=(0, 1, 2), run_root=Path("../runs/sni-experiment"),
+                         overrides=["train.total_steps=150", "optim.lr=1e-3", "optim.batch_size=8",
+                                    "eval.every_steps=50", "eval.batches=6", "eval.batch_size=16", "eval.samples=0",
+                                    "logging.every_steps=50", "checkpoint.every_steps=150",
+                                    "sni.max_source_length=256", "sni.max_target_length=48",
+                                    "sni.seen_instances_per_task=25", "sni.unseen_instances_per_task=50",
+                                    "sni.eval_batch_size=32"])
+RESULTS.parent.mkdir(exist_ok=True)
+RESULTS.write_text(json.dumps(results, indent=1))
+print(f"{len(results['runs'])} runs in {results['wall_s'] / 60:.1f} min")
 
 # %% [markdown]
-# **What pre-training bought at this scale.** A lower test loss — the pre-trained start reaches 5.50 nats on the
-# unseen tasks' references where the random start reaches 6.50 after the same 300 steps — and nothing yet in
-# Rouge-L: both models score 0. Their greedy answers show why: after 300 steps on six training tasks, a
-# 13.6M-parameter model answers every prompt in the format of a *training* task (the pre-trained one mostly
-# "-26", an arithmetic answer; the random one "-2658" and "9"), never the "yes"/"no" the two test tasks want.
-# Following an unseen instruction is what SNI measures, and it needs a model that has learned language well
-# enough to read the definition; four minutes of State of the Union speeches is not that. nanoT5's numbers
-# (random init ≈ 10.2 Rouge-L, T5-Base pre-trained for 16 h on C4 40.7) are at 250M parameters and ~10⁴ times
-# the pre-training compute. The pipeline is the same: `nanot5-edu finetune --checkpoint runs/t5-base --data
-# natural-instructions` on a GPU reproduces that setting.
+# The saved results (from the slow cell above):
+
+# %%
+RESULTS = Path("results/sni_experiment.json")
+if RESULTS.exists():
+    saved = json.loads(RESULTS.read_text())
+    print(f"{len(saved['runs'])} runs, {saved['wall_s'] / 60:.1f} min on this project's CI machine (2 CPU cores)\n")
+    print(experiment_table(saved))
+    plot_experiment(saved)
+else:
+    print(f"{RESULTS} is not there yet: run the slow cell above (about 18 minutes on 2 CPU cores).")
+
+# %% [markdown]
+# <!-- After the slow cell has run: state here what the saved table and figure show, with their numbers, and call a
+# difference a difference only where the table says "beyond seed spread? yes". -->
+#
+# **The scale it takes.** nanoT5's fine-tuning result is at a scale about 10⁴ times this one: T5-Base (250M
+# parameters) pre-trained for 16 hours on C4 scores Rouge-L 40.7 on SNI's 119 unseen tasks, against ≈ 10 for the
+# same model fine-tuned from a random init. The pipeline is the same here: `nanot5-edu finetune --checkpoint
+# runs/t5-base --data natural-instructions` on a GPU runs that setting, and `nanot5-edu evaluate` scores any
+# T5 v1.1 checkpoint on both evaluation sets with its baselines.
 
 # %%
 #| hide

@@ -90,29 +90,3 @@ def test_config_and_data_errors_come_before_compute(tmp_path, override, message)
     assert r.returncode == 2, r.stderr[-2000:]
     assert message in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "run" / "checkpoints").exists()
-
-
-SNI_MINI = Path(__file__).resolve().parents[2] / "shared" / "data" / "sni-mini"
-
-
-@pytest.mark.skipif(not SNI_MINI.exists(), reason=f"{SNI_MINI} not found (ships beside the project for CI only)")
-def test_finetune_and_evaluate_through_the_cli(tmp_path, small_data):
-    pre = pretrain(tmp_path / "pre", *SMALL, *small_data, "train.total_steps=4", "checkpoint.every_steps=4",
-                   "eval.every_steps=4")
-    assert pre.returncode == 0, pre.stderr
-    ft = subprocess.run([sys.executable, "-m", "nanot5_edu", "finetune", "--checkpoint", str(tmp_path / "pre"),
-                         "--data", str(SNI_MINI), "train.total_steps=3", "optim.batch_size=4", "eval.batches=1",
-                         "eval.batch_size=4", "sni.instances_per_task=3", "sni.max_source_length=192",
-                         "sni.max_target_length=8", "logging.progress_bar=false", f"logging.run_dir={tmp_path / 'ft'}"],
-                        capture_output=True, text=True, env=ENV, timeout=600)
-    assert ft.returncode == 0, ft.stderr[-3000:]
-    assert "task1745_bbh_navigate" in ft.stdout and "overall" in ft.stdout
-    scores = json.loads((tmp_path / "ft" / "sni_eval.json").read_text())
-    assert scores["overall"]["instances"] == 6 and 0 <= scores["overall"]["rougeL"] <= 100
-    ev = subprocess.run([sys.executable, "-m", "nanot5_edu", "evaluate", "--checkpoint", str(tmp_path / "ft" / "hf"),
-                         "--data", str(SNI_MINI), "--instances-per-task", "3", "--max-new-tokens", "8",
-                         "--max-source-length", "192", "--out", str(tmp_path / "scores.json")],
-                        capture_output=True, text=True, env=ENV, timeout=600)
-    assert ev.returncode == 0, ev.stderr[-3000:]
-    again = json.loads((tmp_path / "scores.json").read_text())
-    assert [p["prediction"] for p in again["predictions"]] == [p["prediction"] for p in scores["predictions"]]
