@@ -13,7 +13,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 # %% auto #0
 __all__ = ['OPTIMIZERS', 'NO_DECAY', 'SCHEDULES', 'AdamWScale', 'effective_lrs', 'param_groups', 'get_optimizer', 'cosine_lr',
-           'legacy_lr', 'get_lr_scheduler']
+           'legacy_lr', 'inverse_sqrt_lr', 'get_lr_scheduler']
 
 # %% ../nbs/04_optimizers.ipynb #6c96457e
 class AdamWScale(Optimizer):
@@ -125,7 +125,7 @@ def get_optimizer(name: str,  # 'adamwscale', 'adamw' or 'adafactor'
                      weight_decay=weight_decay)
 
 # %% ../nbs/04_optimizers.ipynb #4022e633
-SCHEDULES = ("cosine", "legacy", "constant")
+SCHEDULES = ("cosine", "legacy", "inverse_sqrt", "constant")
 
 
 def cosine_lr(step: int, lr: float, total_steps: int, warmup_steps: int, final_lr: float = 1e-5) -> float:
@@ -145,7 +145,14 @@ def legacy_lr(step: int, total_steps: int) -> float:
     return peak * max(0.0, 1 - (step - n1) / (total_steps - n1))
 
 
-def get_lr_scheduler(name: str,  # 'cosine', 'legacy' or 'constant'
+def inverse_sqrt_lr(step: int, lr: float, total_steps: int, knee_steps: int) -> float:
+    "lr until `knee_steps`, then lr*sqrt(knee/step), then linear decay to 0 over the last 10% (legacy's shape)"
+    n1 = math.ceil(0.9 * total_steps)
+    at = lambda s: lr * math.sqrt(knee_steps / max(s, knee_steps, 1))
+    return at(step) if step < n1 else at(n1) * max(0.0, 1 - (step - n1) / (total_steps - n1))
+
+
+def get_lr_scheduler(name: str,  # 'cosine', 'legacy', 'inverse_sqrt' (knee at warmup_steps) or 'constant'
                      optimizer: Optimizer, total_steps: int, warmup_steps: int = 0,
                      final_lr: float = 1e-5) -> LambdaLR:
     "A torch scheduler giving the named schedule, stepped once per optimizer step"
@@ -162,6 +169,8 @@ def get_lr_scheduler(name: str,  # 'cosine', 'legacy' or 'constant'
         fn = lambda s: cosine_lr(s, base, total_steps, warmup_steps, final_lr) / base
     elif name == "legacy":
         fn = lambda s: legacy_lr(s, total_steps) / base
+    elif name == "inverse_sqrt":
+        fn = lambda s: inverse_sqrt_lr(s, base, total_steps, warmup_steps) / base
     else:
         fn = lambda s: 1.0
     return LambdaLR(optimizer, fn)

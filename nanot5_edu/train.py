@@ -12,6 +12,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import sys
 import time
@@ -28,14 +29,15 @@ from .data import CorpusError, load_corpus
 from .model import HF_ALIAS_KEYS, PRESETS as MODEL_PRESETS, ModelConfig, T5
 from .optim import OPTIMIZERS, SCHEDULES, get_lr_scheduler, get_optimizer
 from .spans import SpanCorruptionCollator, pack_dataset
-from .tokenizer import DEMO_VOCAB_SIZE, load_tokenizer, train_tokenizer
+from .tokenizer import DEMO_VOCAB_SIZE, load_tokenizer, sentinel_ids, train_tokenizer
 
 # %% auto #0
 __all__ = ['PRESETS', 'PEAK_TFLOPS', 'DataConfig', 'OptimConfig', 'TrainConfig', 'EvalConfig', 'CheckpointConfig',
            'LoggingConfig', 'Config', 'ConfigError', 'TrainingError', 'make_config', 'validate_config',
-           'flops_per_step', 'peak_flops', 'BatchStream', 'prepare_tokenizer', 'packed_rows', 'evaluate',
-           'unigram_baselines', 'save_checkpoint', 'latest_checkpoint', 'load_checkpoint', 'make_accelerator', 'fit',
-           'export_hf', 'eval_summary', 'train', 'plot_run']
+           'flops_per_step', 'peak_flops_of', 'peak_flops', 'BatchStream', 'prepare_tokenizer', 'packed_rows',
+           'derangement', 'evaluate', 'unigram_baselines', 'split_at_sentinels', 'generate_spans', 'fill_in',
+           'save_checkpoint', 'latest_checkpoint', 'load_checkpoint', 'make_accelerator', 'fit', 'export_hf',
+           'eval_summary', 'validation_batches', 'train', 'plot_run']
 
 # %% ../nbs/05_training.ipynb #307c8ddd
 @dataclass
@@ -54,7 +56,7 @@ class OptimConfig:
     name: str = "adamwscale"  # adamwscale | adamw | adafactor
     lr: float = 2e-2
     weight_decay: float = 0.0
-    scheduler: str = "cosine"  # cosine | legacy | constant
+    scheduler: str = "cosine"  # cosine | legacy | inverse_sqrt (knee at warmup_steps) | constant
     warmup_steps: int = 100
     final_lr: float = 1e-5  # cosine floor
     grad_clip: float = 1.0  # max global L2 norm; 0 = off
@@ -68,6 +70,7 @@ class TrainConfig:
     seed: int = 2137
     precision: str = "bf16"  # bf16 (autocast, fp32 master weights) | fp32
     compile: bool = False  # torch.compile the model (GPU; ~1 min cold start)
+    peak_tflops: float | None = None  # the device's dense bf16 peak, for MFU on a GPU (or CPU) not in PEAK_TFLOPS
 
 
 @dataclass
@@ -202,15 +205,35 @@ def flops_per_step(config: ModelConfig, batch_size: int, inputs_length: int, tar
     return 3 * 2 * (enc + dec + head)
 
 
-PEAK_TFLOPS = {"A100": 312, "H100": 989, "H200": 989, "A10": 125, "L4": 121, "T4": 65, "V100": 125, "4090": 165}
+# Dense (no sparsity) bf16 tensor-core peaks in TFLOP/s, keyed by the exact names `torch.cuda.get_device_name`
+# reports: a substring match would take an L40S for an L4, an A10G for an A10 and an H100 PCIe for an SXM.
+# T4 and V100 have no bf16: their fp16 peak.
+PEAK_TFLOPS = {
+    "NVIDIA A100-SXM4-40GB": 312, "NVIDIA A100-SXM4-80GB": 312, "NVIDIA A100-PCIE-40GB": 312,
+    "NVIDIA A100 80GB PCIe": 312,
+    "NVIDIA H100 80GB HBM3": 989, "NVIDIA H100 PCIe": 756, "NVIDIA H100 NVL": 835,  # SXM / PCIe / NVL
+    "NVIDIA H200": 989, "NVIDIA H200 NVL": 835, "NVIDIA GH200 480GB": 989,
+    "NVIDIA A10": 125, "NVIDIA A10G": 70, "NVIDIA A40": 150, "NVIDIA L4": 121, "NVIDIA L40": 181, "NVIDIA L40S": 362,
+    "NVIDIA RTX A6000": 155, "NVIDIA RTX 6000 Ada Generation": 364,
+    "NVIDIA GeForce RTX 3090": 71, "NVIDIA GeForce RTX 4090": 165,
+    "Tesla T4": 65, "Tesla V100-SXM2-16GB": 125, "Tesla V100-SXM2-32GB": 125, "Tesla V100-PCIE-16GB": 112,
+    "Tesla V100-PCIE-32GB": 112,
+}
 
 
-def peak_flops(device: torch.device) -> float | None:
-    "Dense bf16 peak FLOP/s of a known GPU, None for CPUs and unknown devices"
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((tf * 1e12 for k, tf in PEAK_TFLOPS.items() if k in name), None)
+def peak_flops_of(name: str) -> float | None:
+    "Dense bf16 peak FLOP/s of a GPU from its exact CUDA name; None (and a hint) for a name not in PEAK_TFLOPS"
+    tflops = PEAK_TFLOPS.get(name.strip())
+    if tflops is None:
+        print(f"MFU not reported: {name!r} is not in PEAK_TFLOPS; set train.peak_tflops=<dense bf16 TFLOP/s> to see it.")
+    return None if tflops is None else tflops * 1e12
+
+
+def peak_flops(device: torch.device, override_tflops: float | None = None) -> float | None:
+    "Peak FLOP/s for MFU: `override_tflops` if given, else the GPU's table entry; None on CPU"
+    if override_tflops:
+        return override_tflops * 1e12
+    return peak_flops_of(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
 
 # %% ../nbs/05_training.ipynb #9f85f23c
 class BatchStream:
@@ -288,22 +311,39 @@ def packed_rows(cfg: Config, tokenizer, split: str, raw_length: int, rank: int =
     return torch.tensor(packed["input_ids"])
 
 # %% ../nbs/05_training.ipynb #3f43fe51
+def derangement(n: int) -> torch.Tensor:
+    "A fixed permutation of range(n) with no fixed point (row i gets row i-1's input); needs n >= 2"
+    if n < 2:
+        raise ValueError(f"A derangement needs at least 2 rows, got {n}.")
+    return torch.arange(n).roll(1)
+
+# %% ../nbs/05_training.ipynb #0f29a8fe
 @torch.no_grad()
 def evaluate(model, batches, autocast) -> dict[str, float]:
-    "Mean token loss and accuracy over validation batches (label positions of -100 are ignored)"
+    """Held-out token loss and accuracy, the loss with each row fed another row's encoder input, and their
+    difference `encoder_gain` (nats; label positions of -100 are ignored; 1-row batches get no shuffled score)"""
     was_training = model.training
     model.eval()
-    loss_sum, correct, count = 0.0, 0, 0
+    loss_sum, correct, count, own_sum, shuffled_sum, shuffled_count = 0.0, 0, 0, 0.0, 0.0, 0
     for b in batches:
-        with autocast():
-            out = model(b["input_ids"], attention_mask=b.get("attention_mask"), labels=b["labels"])
-        keep = b["labels"] != -100
+        mask, keep = b.get("attention_mask"), b["labels"] != -100
         n = int(keep.sum())
-        loss_sum += out.loss.float().item() * n
+        with autocast():
+            out = model(b["input_ids"], attention_mask=mask, labels=b["labels"])
+        loss = out.loss.float().item() * n
+        loss_sum, count = loss_sum + loss, count + n
         correct += (out.logits.argmax(-1) == b["labels"])[keep].sum().item()
-        count += n
+        if len(b["input_ids"]) > 1:  # the same labels, decoded from another row's encoder input
+            other = derangement(len(b["input_ids"])).to(b["input_ids"].device)
+            with autocast():
+                shuffled = model(b["input_ids"][other], attention_mask=None if mask is None else mask[other],
+                                 labels=b["labels"]).loss
+            own_sum, shuffled_sum, shuffled_count = own_sum + loss, shuffled_sum + shuffled.float().item() * n, shuffled_count + n
     model.train(was_training)
-    return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count}
+    paired = shuffled_count > 0
+    return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count,
+            "eval_loss_shuffled_encoder": shuffled_sum / shuffled_count if paired else None,
+            "encoder_gain": (shuffled_sum - own_sum) / shuffled_count if paired else None}
 
 
 def unigram_baselines(train_labels: torch.Tensor, valid_labels: torch.Tensor, vocab_size: int,
@@ -318,6 +358,54 @@ def unigram_baselines(train_labels: torch.Tensor, valid_labels: torch.Tensor, vo
         per_position.append(-p_j.log()[valid_labels[:, j]].mean().item())
     return {"unigram": -p_all.log()[valid_labels.reshape(-1)].mean().item(),
             "per_position_unigram": float(np.mean(per_position))}
+
+# %% ../nbs/05_training.ipynb #116e172e
+_MARKER = re.compile(r"<extra_id_(\d+)>")
+
+
+def split_at_sentinels(ids: list[int], tokenizer) -> dict[int, str]:
+    "A target-shaped sequence `<extra_id_0> a b <extra_id_1> c … </s>` as {0: 'a b', 1: 'c', …}"
+    index = {s: k for k, s in enumerate(sentinel_ids(tokenizer))}  # a clear error if the tokenizer lacks sentinels
+    spans, current = {}, None
+    for t in ids:
+        if t == tokenizer.eos_token_id:
+            break
+        if t in index:
+            current = index[t]; spans[current] = []
+        elif current is not None:
+            spans[current].append(t)
+    return {k: tokenizer.decode(span).strip() for k, span in spans.items()}
+
+
+@torch.no_grad()
+def generate_spans(model, tokenizer, input_ids: torch.Tensor, max_new_tokens: int = 64, top_k: int | None = None,
+                   seed: int = 0) -> dict[int, str]:
+    "Decode one row (`[1, L]` ids) and split the output at the sentinels: {k: text the model wrote after <extra_id_k>}"
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(seed) if top_k else None
+    out = model.generate(input_ids.to(device), max_new_tokens, top_k=top_k, generator=generator)
+    return split_at_sentinels(out[0, 1:].tolist(), tokenizer)
+
+
+def fill_in(model, tokenizer, text: str, max_input_length: int = 512, max_new_tokens: int = 64,
+            top_k: int | None = None, seed: int = 0) -> str:
+    "`text` with each `<extra_id_k>` marker replaced by the span the model generates for it (greedy, or top-k)"
+    markers = [int(k) for k in _MARKER.findall(text)]
+    if not markers:
+        raise ValueError("fill_in needs at least one blank: mark it with a sentinel, e.g. "
+                         "'The <extra_id_0> of America'.")
+    if max(markers) >= len(sentinel_ids(tokenizer)):
+        raise ValueError(f"<extra_id_{max(markers)}> is not a sentinel: the tokenizer has <extra_id_0>…"
+                         f"<extra_id_{len(sentinel_ids(tokenizer)) - 1}>.")
+    if len(set(markers)) < len(markers):
+        raise ValueError(f"Each marker may appear once, got {sorted(markers)}: number the blanks "
+                         "<extra_id_0>, <extra_id_1>, … in order.")
+    ids = tokenizer(text, return_tensors="pt").input_ids
+    if ids.shape[1] > max_input_length:
+        raise ValueError(f"The text is {ids.shape[1]} tokens, longer than the model's inputs ({max_input_length}): "
+                         "shorten it, or pass max_input_length= if the model was trained on longer inputs.")
+    spans = generate_spans(model, tokenizer, ids, max_new_tokens, top_k, seed)
+    return _MARKER.sub(lambda m: spans.get(int(m.group(1)), ""), text)
 
 # %% ../nbs/05_training.ipynb #30f4f0ef
 def _rng_state() -> dict:
@@ -437,7 +525,7 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
     unwrapped = accelerator.unwrap_model(model)
     if cfg.train.compile:
         model = torch.compile(model)
-    device, peak = accelerator.device, peak_flops(accelerator.device)
+    device, peak = accelerator.device, peak_flops(accelerator.device, cfg.train.peak_tflops)
     valid_batches = [{k: v.to(device) for k, v in b.items()} for b in valid_batches]
     if cfg.logging.tracker:
         accelerator.init_trackers("nanot5_edu", config=OmegaConf.to_container(OmegaConf.structured(cfg)))
@@ -446,7 +534,8 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
     def run_eval(step):
         ev = evaluate(model, valid_batches, accelerator.autocast)
         if main:
-            bar.write(f"step {step:6d} | eval loss {ev['eval_loss']:.4f} | eval accuracy {ev['eval_accuracy']:.3f}")
+            gain = f" | encoder gain {ev['encoder_gain']:.3f}" if ev["encoder_gain"] is not None else ""
+            bar.write(f"step {step:6d} | eval loss {ev['eval_loss']:.4f} | eval accuracy {ev['eval_accuracy']:.3f}{gain}")
             with open(metrics_path, "a") as f:
                 f.write(json.dumps({"step": step, **ev}) + "\n")
             b = valid_batches[0]
@@ -455,7 +544,7 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
                 pred = unwrapped.generate(b["input_ids"][i:i + 1], b["labels"].shape[1], attention_mask=mask)
                 target = b["labels"][i][b["labels"][i] >= 0]
                 bar.write(f"  target: {tokenizer.decode(target[:24])!r}\n  greedy: {tokenizer.decode(pred[0, 1:25])!r}")
-        accelerator.log(ev, step=step)
+        accelerator.log({k: v for k, v in ev.items() if v is not None}, step=step)
 
     if step == 0:
         run_eval(0)  # the starting point of the held-out curve
@@ -497,13 +586,13 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
                     f.write(json.dumps(m) + "\n")
             accelerator.log({k: v for k, v in m.items() if v is not None}, step=step)
             window_loss, window_tokens, window_flops, window_start = [], 0, 0.0, time.time()
+        paused = time.time()  # evaluation and checkpoints do not count in the window's ms/step
         if step % cfg.eval.every_steps == 0 or step == cfg.train.total_steps:
             run_eval(step)
-            window_start = time.time()
         if step % cfg.checkpoint.every_steps == 0 or step == cfg.train.total_steps:
             save_checkpoint(run_dir, step, unwrapped, optimizer, scheduler, stream, cfg, cfg.checkpoint.keep_last,
                             accelerator)
-            window_start = time.time()
+        window_start += time.time() - paused
     bar.close()
     _write_process_manifest(run_dir, accelerator, first_batch_sha, unwrapped)
     return unwrapped, step
@@ -532,9 +621,19 @@ def export_hf(model: T5, tokenizer, out_dir: Path) -> Path:
 def eval_summary(run_dir: Path) -> dict:
     "First and last evaluation of a run, from its metrics.jsonl"
     evals = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if "eval_loss" in l]
-    return {"first_eval_loss": evals[0]["eval_loss"] if evals else None,
-            "final_eval_loss": evals[-1]["eval_loss"] if evals else None,
-            "final_eval_accuracy": evals[-1]["eval_accuracy"] if evals else None}
+    last = evals[-1] if evals else {}
+    return {"first_eval_loss": evals[0]["eval_loss"] if evals else None, "final_eval_loss": last.get("eval_loss"),
+            "final_eval_accuracy": last.get("eval_accuracy"), "final_encoder_gain": last.get("encoder_gain"),
+            "final_eval_loss_shuffled_encoder": last.get("eval_loss_shuffled_encoder")}
+
+
+def validation_batches(cfg: Config, tokenizer) -> list[dict]:
+    "The fixed held-out batches every evaluation of a run scores (their own seeded corruption; same on every process)"
+    collator = SpanCorruptionCollator(tokenizer, cfg.data.inputs_length, cfg.data.noise_density,
+                                      cfg.data.mean_noise_span_length, seed=1234)
+    stream = BatchStream(packed_rows(cfg, tokenizer, "validation", collator.raw_length), collator, cfg.eval.batch_size,
+                         seed=1234)
+    return [next(stream) for _ in range(cfg.eval.batches)]
 
 
 def train(cfg: Config) -> dict:
@@ -555,9 +654,7 @@ def train(cfg: Config) -> dict:
     micro = cfg.optim.batch_size // (cfg.optim.grad_acc * accelerator.num_processes)
     rows = packed_rows(cfg, tokenizer, "train", collator.raw_length, accelerator.process_index, accelerator.num_processes)
     stream = BatchStream(rows, collator, micro, cfg.train.seed, accelerator.process_index, accelerator.num_processes)
-    valid_stream = BatchStream(packed_rows(cfg, tokenizer, "validation", collator.raw_length),
-                               SpanCorruptionCollator(tokenizer, *spans, seed=1234), cfg.eval.batch_size, seed=1234)
-    valid_batches = [next(valid_stream) for _ in range(cfg.eval.batches)]
+    valid_batches = validation_batches(cfg, tokenizer)
 
     model, step = fit(cfg, accelerator, T5(cfg.model), tokenizer, stream, valid_batches)
 
@@ -586,6 +683,9 @@ def plot_run(run_dir: str | Path, baselines: dict | None = None) -> Path:
     fig, (ax, ax_lr) = plt.subplots(1, 2, figsize=(10, 3.2))
     ax.plot([r["step"] for r in train_rows], [r["loss"] for r in train_rows], label="train")
     ax.plot([r["step"] for r in eval_rows], [r["eval_loss"] for r in eval_rows], "o-", label="held-out")
+    shuffled = [r for r in eval_rows if r.get("eval_loss_shuffled_encoder") is not None]
+    ax.plot([r["step"] for r in shuffled], [r["eval_loss_shuffled_encoder"] for r in shuffled], "x--",
+            label="held-out, another row's encoder input")
     for name, value in (baselines or {}).items():
         ax.axhline(value, ls="--", lw=1, color="gray"); ax.text(0, value, f" {name} {value:.2f}", va="bottom", fontsize=8)
     ax.set_xlabel("step"); ax.set_ylabel("loss (nats)"); ax.legend(); ax.set_title(run_dir.name)

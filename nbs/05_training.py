@@ -24,6 +24,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import sys
 import time
@@ -40,7 +41,7 @@ from nanot5_edu.data import CorpusError, load_corpus
 from nanot5_edu.model import HF_ALIAS_KEYS, PRESETS as MODEL_PRESETS, ModelConfig, T5
 from nanot5_edu.optim import OPTIMIZERS, SCHEDULES, get_lr_scheduler, get_optimizer
 from nanot5_edu.spans import SpanCorruptionCollator, pack_dataset
-from nanot5_edu.tokenizer import DEMO_VOCAB_SIZE, load_tokenizer, train_tokenizer
+from nanot5_edu.tokenizer import DEMO_VOCAB_SIZE, load_tokenizer, sentinel_ids, train_tokenizer
 
 # %%
 #| hide
@@ -78,7 +79,7 @@ class OptimConfig:
     name: str = "adamwscale"  # adamwscale | adamw | adafactor
     lr: float = 2e-2
     weight_decay: float = 0.0
-    scheduler: str = "cosine"  # cosine | legacy | constant
+    scheduler: str = "cosine"  # cosine | legacy | inverse_sqrt (knee at warmup_steps) | constant
     warmup_steps: int = 100
     final_lr: float = 1e-5  # cosine floor
     grad_clip: float = 1.0  # max global L2 norm; 0 = off
@@ -92,6 +93,7 @@ class TrainConfig:
     seed: int = 2137
     precision: str = "bf16"  # bf16 (autocast, fp32 master weights) | fp32
     compile: bool = False  # torch.compile the model (GPU; ~1 min cold start)
+    peak_tflops: float | None = None  # the device's dense bf16 peak, for MFU on a GPU (or CPU) not in PEAK_TFLOPS
 
 
 @dataclass
@@ -265,16 +267,43 @@ def flops_per_step(config: ModelConfig, batch_size: int, inputs_length: int, tar
     return 3 * 2 * (enc + dec + head)
 
 
-PEAK_TFLOPS = {"A100": 312, "H100": 989, "H200": 989, "A10": 125, "L4": 121, "T4": 65, "V100": 125, "4090": 165}
+# Dense (no sparsity) bf16 tensor-core peaks in TFLOP/s, keyed by the exact names `torch.cuda.get_device_name`
+# reports: a substring match would take an L40S for an L4, an A10G for an A10 and an H100 PCIe for an SXM.
+# T4 and V100 have no bf16: their fp16 peak.
+PEAK_TFLOPS = {
+    "NVIDIA A100-SXM4-40GB": 312, "NVIDIA A100-SXM4-80GB": 312, "NVIDIA A100-PCIE-40GB": 312,
+    "NVIDIA A100 80GB PCIe": 312,
+    "NVIDIA H100 80GB HBM3": 989, "NVIDIA H100 PCIe": 756, "NVIDIA H100 NVL": 835,  # SXM / PCIe / NVL
+    "NVIDIA H200": 989, "NVIDIA H200 NVL": 835, "NVIDIA GH200 480GB": 989,
+    "NVIDIA A10": 125, "NVIDIA A10G": 70, "NVIDIA A40": 150, "NVIDIA L4": 121, "NVIDIA L40": 181, "NVIDIA L40S": 362,
+    "NVIDIA RTX A6000": 155, "NVIDIA RTX 6000 Ada Generation": 364,
+    "NVIDIA GeForce RTX 3090": 71, "NVIDIA GeForce RTX 4090": 165,
+    "Tesla T4": 65, "Tesla V100-SXM2-16GB": 125, "Tesla V100-SXM2-32GB": 125, "Tesla V100-PCIE-16GB": 112,
+    "Tesla V100-PCIE-32GB": 112,
+}
 
 
-def peak_flops(device: torch.device) -> float | None:
-    "Dense bf16 peak FLOP/s of a known GPU, None for CPUs and unknown devices"
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((tf * 1e12 for k, tf in PEAK_TFLOPS.items() if k in name), None)
+def peak_flops_of(name: str) -> float | None:
+    "Dense bf16 peak FLOP/s of a GPU from its exact CUDA name; None (and a hint) for a name not in PEAK_TFLOPS"
+    tflops = PEAK_TFLOPS.get(name.strip())
+    if tflops is None:
+        print(f"MFU not reported: {name!r} is not in PEAK_TFLOPS; set train.peak_tflops=<dense bf16 TFLOP/s> to see it.")
+    return None if tflops is None else tflops * 1e12
 
+
+def peak_flops(device: torch.device, override_tflops: float | None = None) -> float | None:
+    "Peak FLOP/s for MFU: `override_tflops` if given, else the GPU's table entry; None on CPU"
+    if override_tflops:
+        return override_tflops * 1e12
+    return peak_flops_of(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+
+
+# %%
+test_eq(peak_flops_of("NVIDIA H100 PCIe"), 756e12); test_eq(peak_flops_of("NVIDIA H100 80GB HBM3"), 989e12)
+test_eq(peak_flops_of("NVIDIA L4"), 121e12); test_eq(peak_flops_of("NVIDIA L40S"), 362e12)
+test_eq(peak_flops_of("NVIDIA A10"), 125e12); test_eq(peak_flops_of("NVIDIA A10G"), 70e12)
+test_eq(peak_flops_of("NVIDIA B300 Ultra Mystery"), None)                      # unknown: None and a hint
+test_eq(peak_flops(torch.device("cpu")), None); test_eq(peak_flops(torch.device("cpu"), 3.5), 3.5e12)
 
 # %%
 nanot5_step = flops_per_step(MODEL_PRESETS["t5-v1_1-base"], 128, 512, 114)
@@ -383,25 +412,60 @@ def packed_rows(cfg: Config, tokenizer, split: str, raw_length: int, rank: int =
 # that knows only *how often each token appears at each target position* (sentinels and EOS sit at
 # predictable places) — the per-position unigram cross-entropy. Plain unigram entropy is a weaker bar that
 # any run passes in a few steps.
+#
+# Beating those baselines is not the same as learning span corruption. A decoder alone can learn a language
+# model of the *targets* ("`<extra_id_0>` the `<extra_id_1>` of …") and never look at the encoder. The
+# **encoder gain** tells the two apart: score every held-out row a second time with the encoder input of
+# *another* row, and subtract. If the model fills spans from their context, the wrong context costs it
+# nats; if it only models targets, the two losses are equal.
+#
+# The "other row" comes from a fixed derangement of the batch — a permutation that moves every row — so
+# the metric is deterministic: row *i* gets row *i − 1*'s input (a roll by one).
+
+# %%
+#| export
+def derangement(n: int) -> torch.Tensor:
+    "A fixed permutation of range(n) with no fixed point (row i gets row i-1's input); needs n >= 2"
+    if n < 2:
+        raise ValueError(f"A derangement needs at least 2 rows, got {n}.")
+    return torch.arange(n).roll(1)
+
+
+# %%
+test_eq(derangement(4).tolist(), [3, 0, 1, 2])
+for n in range(2, 50):
+    assert (derangement(n) != torch.arange(n)).all() and sorted(derangement(n).tolist()) == list(range(n))
+test_fail(lambda: derangement(1), contains="at least 2 rows")
+
 
 # %%
 #| export
 @torch.no_grad()
 def evaluate(model, batches, autocast) -> dict[str, float]:
-    "Mean token loss and accuracy over validation batches (label positions of -100 are ignored)"
+    """Held-out token loss and accuracy, the loss with each row fed another row's encoder input, and their
+    difference `encoder_gain` (nats; label positions of -100 are ignored; 1-row batches get no shuffled score)"""
     was_training = model.training
     model.eval()
-    loss_sum, correct, count = 0.0, 0, 0
+    loss_sum, correct, count, own_sum, shuffled_sum, shuffled_count = 0.0, 0, 0, 0.0, 0.0, 0
     for b in batches:
-        with autocast():
-            out = model(b["input_ids"], attention_mask=b.get("attention_mask"), labels=b["labels"])
-        keep = b["labels"] != -100
+        mask, keep = b.get("attention_mask"), b["labels"] != -100
         n = int(keep.sum())
-        loss_sum += out.loss.float().item() * n
+        with autocast():
+            out = model(b["input_ids"], attention_mask=mask, labels=b["labels"])
+        loss = out.loss.float().item() * n
+        loss_sum, count = loss_sum + loss, count + n
         correct += (out.logits.argmax(-1) == b["labels"])[keep].sum().item()
-        count += n
+        if len(b["input_ids"]) > 1:  # the same labels, decoded from another row's encoder input
+            other = derangement(len(b["input_ids"])).to(b["input_ids"].device)
+            with autocast():
+                shuffled = model(b["input_ids"][other], attention_mask=None if mask is None else mask[other],
+                                 labels=b["labels"]).loss
+            own_sum, shuffled_sum, shuffled_count = own_sum + loss, shuffled_sum + shuffled.float().item() * n, shuffled_count + n
     model.train(was_training)
-    return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count}
+    paired = shuffled_count > 0
+    return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count,
+            "eval_loss_shuffled_encoder": shuffled_sum / shuffled_count if paired else None,
+            "encoder_gain": (shuffled_sum - own_sum) / shuffled_count if paired else None}
 
 
 def unigram_baselines(train_labels: torch.Tensor, valid_labels: torch.Tensor, vocab_size: int,
@@ -416,6 +480,91 @@ def unigram_baselines(train_labels: torch.Tensor, valid_labels: torch.Tensor, vo
         per_position.append(-p_j.log()[valid_labels[:, j]].mean().item())
     return {"unigram": -p_all.log()[valid_labels.reshape(-1)].mean().item(),
             "per_position_unigram": float(np.mean(per_position))}
+
+
+# %% [markdown]
+# The encoder gain is one number; reading what the model writes is the other half. `fill_in` takes text in
+# which you mark blanks with T5's sentinels — `"The <extra_id_0> of America"` — runs the model on it, and
+# puts each span it generates back in place of its marker. Greedy decoding by default, or `top_k` sampling
+# for variety. The model's output has the same shape as a training target, `<extra_id_0> span 0
+# <extra_id_1> span 1 … </s>`, so `generate_spans` splits it at the sentinels, and `fill_in` puts the pieces
+# back. A blank the model never wrote a span for is left empty.
+
+# %%
+#| export
+_MARKER = re.compile(r"<extra_id_(\d+)>")
+
+
+def split_at_sentinels(ids: list[int], tokenizer) -> dict[int, str]:
+    "A target-shaped sequence `<extra_id_0> a b <extra_id_1> c … </s>` as {0: 'a b', 1: 'c', …}"
+    index = {s: k for k, s in enumerate(sentinel_ids(tokenizer))}  # a clear error if the tokenizer lacks sentinels
+    spans, current = {}, None
+    for t in ids:
+        if t == tokenizer.eos_token_id:
+            break
+        if t in index:
+            current = index[t]; spans[current] = []
+        elif current is not None:
+            spans[current].append(t)
+    return {k: tokenizer.decode(span).strip() for k, span in spans.items()}
+
+
+@torch.no_grad()
+def generate_spans(model, tokenizer, input_ids: torch.Tensor, max_new_tokens: int = 64, top_k: int | None = None,
+                   seed: int = 0) -> dict[int, str]:
+    "Decode one row (`[1, L]` ids) and split the output at the sentinels: {k: text the model wrote after <extra_id_k>}"
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(seed) if top_k else None
+    out = model.generate(input_ids.to(device), max_new_tokens, top_k=top_k, generator=generator)
+    return split_at_sentinels(out[0, 1:].tolist(), tokenizer)
+
+
+def fill_in(model, tokenizer, text: str, max_input_length: int = 512, max_new_tokens: int = 64,
+            top_k: int | None = None, seed: int = 0) -> str:
+    "`text` with each `<extra_id_k>` marker replaced by the span the model generates for it (greedy, or top-k)"
+    markers = [int(k) for k in _MARKER.findall(text)]
+    if not markers:
+        raise ValueError("fill_in needs at least one blank: mark it with a sentinel, e.g. "
+                         "'The <extra_id_0> of America'.")
+    if max(markers) >= len(sentinel_ids(tokenizer)):
+        raise ValueError(f"<extra_id_{max(markers)}> is not a sentinel: the tokenizer has <extra_id_0>…"
+                         f"<extra_id_{len(sentinel_ids(tokenizer)) - 1}>.")
+    if len(set(markers)) < len(markers):
+        raise ValueError(f"Each marker may appear once, got {sorted(markers)}: number the blanks "
+                         "<extra_id_0>, <extra_id_1>, … in order.")
+    ids = tokenizer(text, return_tensors="pt").input_ids
+    if ids.shape[1] > max_input_length:
+        raise ValueError(f"The text is {ids.shape[1]} tokens, longer than the model's inputs ({max_input_length}): "
+                         "shorten it, or pass max_input_length= if the model was trained on longer inputs.")
+    spans = generate_spans(model, tokenizer, ids, max_new_tokens, top_k, seed)
+    return _MARKER.sub(lambda m: spans.get(int(m.group(1)), ""), text)
+
+
+# %% [markdown]
+# A check with a stand-in model whose `generate` always writes the same two spans, so the expected text is
+# known exactly (the tokenizer is 01's, trained on a small corpus here):
+
+# %%
+class _FixedSpans(torch.nn.Module):
+    "A stand-in for T5 whose generate() always returns `<extra_id_0> United States <extra_id_1> Congress </s>`"
+    def __init__(self, tokenizer):
+        super().__init__()
+        self.ids = tokenizer("<extra_id_0> United States<extra_id_1> Congress", return_tensors="pt").input_ids
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+    def generate(self, input_ids, max_new_tokens, top_k=None, generator=None):
+        return torch.cat([torch.zeros(1, 1, dtype=torch.long), self.ids], 1)[:, :max_new_tokens + 1]
+
+fill_tok = train_tokenizer(load_corpus("sotu", "validation")["text"][:40], 2000, Path(tempfile.mkdtemp()) / "tok")
+stub = _FixedSpans(fill_tok)
+test_eq(split_at_sentinels(stub.ids[0].tolist(), fill_tok), {0: "United States", 1: "Congress"})
+test_eq(fill_in(stub, fill_tok, "The President of the <extra_id_0> addressed the <extra_id_1> today."),
+        "The President of the United States addressed the Congress today.")
+test_eq(fill_in(stub, fill_tok, "Only one blank: <extra_id_1>."), "Only one blank: Congress.")
+test_eq(fill_in(stub, fill_tok, "<extra_id_0> and <extra_id_2>"), "United States and ")  # no span 2 written: left empty
+test_fail(lambda: fill_in(stub, fill_tok, "no blank here"), contains="at least one blank")
+test_fail(lambda: fill_in(stub, fill_tok, "a <extra_id_100> b"), contains="is not a sentinel")
+test_fail(lambda: fill_in(stub, fill_tok, "a <extra_id_0> b <extra_id_0>"), contains="may appear once")
+test_fail(lambda: fill_in(stub, fill_tok, "word " * 200 + "<extra_id_0>", max_input_length=128), contains="longer than the model's inputs")
 
 
 # %% [markdown]
@@ -557,7 +706,7 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
     unwrapped = accelerator.unwrap_model(model)
     if cfg.train.compile:
         model = torch.compile(model)
-    device, peak = accelerator.device, peak_flops(accelerator.device)
+    device, peak = accelerator.device, peak_flops(accelerator.device, cfg.train.peak_tflops)
     valid_batches = [{k: v.to(device) for k, v in b.items()} for b in valid_batches]
     if cfg.logging.tracker:
         accelerator.init_trackers("nanot5_edu", config=OmegaConf.to_container(OmegaConf.structured(cfg)))
@@ -566,7 +715,8 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
     def run_eval(step):
         ev = evaluate(model, valid_batches, accelerator.autocast)
         if main:
-            bar.write(f"step {step:6d} | eval loss {ev['eval_loss']:.4f} | eval accuracy {ev['eval_accuracy']:.3f}")
+            gain = f" | encoder gain {ev['encoder_gain']:.3f}" if ev["encoder_gain"] is not None else ""
+            bar.write(f"step {step:6d} | eval loss {ev['eval_loss']:.4f} | eval accuracy {ev['eval_accuracy']:.3f}{gain}")
             with open(metrics_path, "a") as f:
                 f.write(json.dumps({"step": step, **ev}) + "\n")
             b = valid_batches[0]
@@ -575,7 +725,7 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
                 pred = unwrapped.generate(b["input_ids"][i:i + 1], b["labels"].shape[1], attention_mask=mask)
                 target = b["labels"][i][b["labels"][i] >= 0]
                 bar.write(f"  target: {tokenizer.decode(target[:24])!r}\n  greedy: {tokenizer.decode(pred[0, 1:25])!r}")
-        accelerator.log(ev, step=step)
+        accelerator.log({k: v for k, v in ev.items() if v is not None}, step=step)
 
     if step == 0:
         run_eval(0)  # the starting point of the held-out curve
@@ -617,13 +767,13 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
                     f.write(json.dumps(m) + "\n")
             accelerator.log({k: v for k, v in m.items() if v is not None}, step=step)
             window_loss, window_tokens, window_flops, window_start = [], 0, 0.0, time.time()
+        paused = time.time()  # evaluation and checkpoints do not count in the window's ms/step
         if step % cfg.eval.every_steps == 0 or step == cfg.train.total_steps:
             run_eval(step)
-            window_start = time.time()
         if step % cfg.checkpoint.every_steps == 0 or step == cfg.train.total_steps:
             save_checkpoint(run_dir, step, unwrapped, optimizer, scheduler, stream, cfg, cfg.checkpoint.keep_last,
                             accelerator)
-            window_start = time.time()
+        window_start += time.time() - paused
     bar.close()
     _write_process_manifest(run_dir, accelerator, first_batch_sha, unwrapped)
     return unwrapped, step
@@ -657,9 +807,19 @@ def export_hf(model: T5, tokenizer, out_dir: Path) -> Path:
 def eval_summary(run_dir: Path) -> dict:
     "First and last evaluation of a run, from its metrics.jsonl"
     evals = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if "eval_loss" in l]
-    return {"first_eval_loss": evals[0]["eval_loss"] if evals else None,
-            "final_eval_loss": evals[-1]["eval_loss"] if evals else None,
-            "final_eval_accuracy": evals[-1]["eval_accuracy"] if evals else None}
+    last = evals[-1] if evals else {}
+    return {"first_eval_loss": evals[0]["eval_loss"] if evals else None, "final_eval_loss": last.get("eval_loss"),
+            "final_eval_accuracy": last.get("eval_accuracy"), "final_encoder_gain": last.get("encoder_gain"),
+            "final_eval_loss_shuffled_encoder": last.get("eval_loss_shuffled_encoder")}
+
+
+def validation_batches(cfg: Config, tokenizer) -> list[dict]:
+    "The fixed held-out batches every evaluation of a run scores (their own seeded corruption; same on every process)"
+    collator = SpanCorruptionCollator(tokenizer, cfg.data.inputs_length, cfg.data.noise_density,
+                                      cfg.data.mean_noise_span_length, seed=1234)
+    stream = BatchStream(packed_rows(cfg, tokenizer, "validation", collator.raw_length), collator, cfg.eval.batch_size,
+                         seed=1234)
+    return [next(stream) for _ in range(cfg.eval.batches)]
 
 
 def train(cfg: Config) -> dict:
@@ -680,9 +840,7 @@ def train(cfg: Config) -> dict:
     micro = cfg.optim.batch_size // (cfg.optim.grad_acc * accelerator.num_processes)
     rows = packed_rows(cfg, tokenizer, "train", collator.raw_length, accelerator.process_index, accelerator.num_processes)
     stream = BatchStream(rows, collator, micro, cfg.train.seed, accelerator.process_index, accelerator.num_processes)
-    valid_stream = BatchStream(packed_rows(cfg, tokenizer, "validation", collator.raw_length),
-                               SpanCorruptionCollator(tokenizer, *spans, seed=1234), cfg.eval.batch_size, seed=1234)
-    valid_batches = [next(valid_stream) for _ in range(cfg.eval.batches)]
+    valid_batches = validation_batches(cfg, tokenizer)
 
     model, step = fit(cfg, accelerator, T5(cfg.model), tokenizer, stream, valid_batches)
 
@@ -719,6 +877,9 @@ def plot_run(run_dir: str | Path, baselines: dict | None = None) -> Path:
     fig, (ax, ax_lr) = plt.subplots(1, 2, figsize=(10, 3.2))
     ax.plot([r["step"] for r in train_rows], [r["loss"] for r in train_rows], label="train")
     ax.plot([r["step"] for r in eval_rows], [r["eval_loss"] for r in eval_rows], "o-", label="held-out")
+    shuffled = [r for r in eval_rows if r.get("eval_loss_shuffled_encoder") is not None]
+    ax.plot([r["step"] for r in shuffled], [r["eval_loss_shuffled_encoder"] for r in shuffled], "x--",
+            label="held-out, another row's encoder input")
     for name, value in (baselines or {}).items():
         ax.axhline(value, ls="--", lw=1, color="gray"); ax.text(0, value, f" {name} {value:.2f}", va="bottom", fontsize=8)
     ax.set_xlabel("step"); ax.set_ylabel("loss (nats)"); ax.legend(); ax.set_title(run_dir.name)
@@ -772,6 +933,39 @@ test_eq(str(good) in message, True)                                 # it names t
 test_eq(json.loads((good / "trainer_state.json").read_text())["step"] + 1, int(message.split("at step ")[1].split(":")[0]))
 
 # %% [markdown]
+# ## Choosing the demo's recipe: when does the encoder start to matter?
+#
+# The demo's first recipe was nanoT5's shape scaled down (4 + 4 layers, `baseline` below) at nanoT5's learning
+# rate. It beat the unigram baselines within minutes — with an encoder gain of a few hundredths of a nat: it
+# had learned a language model of the targets, hardly any span filling. So the demo's recipe was chosen by a sweep
+# ([experiments/demo_sweep.py](../experiments/demo_sweep.py)): every recipe gets the **same wall-clock
+# budget** on 2 CPU cores (a calibration loop times its step; `total_steps` is the budget divided by that, so
+# each schedule ends on time), and is scored by held-out loss and encoder gain. Every configuration tried is
+# in `results/demo_sweep.jsonl`. Two cautions for reading it: losses of different vocabulary sizes are not
+# comparable (a smaller vocabulary makes each token easier and the text longer), and each point is one seed.
+
+# %%
+sweep = [json.loads(l) for l in Path("results/demo_sweep.jsonl").read_text().splitlines()]
+budgets = sorted({r["budget_s"] for r in sweep})
+fig, axs = plt.subplots(1, 2, figsize=(12, 4))
+for r in sweep:
+    if r["budget_s"] != budgets[0]:
+        continue
+    axs[0].scatter(r["eval_loss"], r["encoder_gain"])
+    axs[0].annotate(r["name"], (r["eval_loss"], r["encoder_gain"]), fontsize=8, xytext=(3, 3), textcoords="offset points")
+    minutes = [c["step"] * r["calib_ms_per_step"] / 60_000 for c in r["curve"]]
+    axs[1].plot(minutes, [c["encoder_gain"] for c in r["curve"]], ".-", label=r["name"])
+axs[0].set_xlabel("held-out loss (nats/token; not comparable across vocabulary sizes)"); axs[0].set_ylabel("encoder gain (nats)")
+axs[0].set_title(f"every recipe after {budgets[0]:.0f} s of training on 2 CPU cores")
+axs[1].set_xlabel("minutes of training (step x measured ms/step)"); axs[1].set_ylabel("encoder gain (nats)")
+axs[1].legend(fontsize=7, ncol=2); axs[1].set_title("encoder gain during each run")
+plt.tight_layout(); plt.show()
+print(f"{'recipe':16} {'overrides':75} {'ms/step':>7} {'steps':>6} {'loss':>6} {'gain':>6}")
+for r in sorted(sweep, key=lambda r: (r["budget_s"], -r["encoder_gain"])):
+    print(f"{r['name']:16} {' '.join(r['overrides']) or '(the old default)':75} {r['calib_ms_per_step']:7.0f} {r['steps']:6d} "
+          f"{r['eval_loss']:6.3f} {r['encoder_gain']:6.3f}")
+
+# %% [markdown]
 # ## The CPU demo
 #
 # The README's main command, `nanot5-edu pretrain`, runs exactly this: the `cpu-demo` preset — the 13.6M-parameter
@@ -786,6 +980,93 @@ demo = train(make_config("cpu-demo", ["logging.run_dir=../runs/cpu-demo-notebook
 print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in demo.items()})
 from IPython.display import Image
 Image(filename=demo["loss_plot"])
+
+# %% [markdown]
+# ## Seeing it fill blanks
+#
+# Eight held-out rows of the validation speeches, corrupted as in evaluation. For each blank: what was there,
+# what the demo model writes when it reads *this* row's input, and what it writes for the same blank when
+# its encoder is fed *another* row's input (the ablation behind the encoder gain, as text).
+
+# %%
+#| slow
+demo_model = T5.from_hf(demo["hf_export"]).eval()
+demo_tok = load_tokenizer(demo["hf_export"])
+demo_cfg = make_config("cpu-demo")
+view_collator = SpanCorruptionCollator(demo_tok, demo_cfg.data.inputs_length, seed=1234)
+view = view_collator(packed_rows(demo_cfg, demo_tok, "validation", view_collator.raw_length)[:8])
+other = derangement(8)
+for i in range(8):
+    truth = split_at_sentinels(view["labels"][i].tolist(), demo_tok)
+    own = generate_spans(demo_model, demo_tok, view["input_ids"][i:i + 1])
+    shuffled = generate_spans(demo_model, demo_tok, view["input_ids"][other[i]:other[i] + 1])
+    print(f"[{i}] " + demo_tok.decode(view["input_ids"][i], skip_special_tokens=False).replace("</s>", "")[:300] + " …")
+    for k in sorted(truth):
+        print(f"    <extra_id_{k}>  truth {truth[k]!r:28} own input {own.get(k, '')!r:28} another row's input {shuffled.get(k, '')!r}")
+
+# %% [markdown]
+# Type your own: mark blanks with `<extra_id_0>`, `<extra_id_1>`, … and press enter (needs a live kernel and the
+# demo model above). Sampling (`top_k`) shows the range of fills the model considers likely.
+
+# %%
+#| slow
+import ipywidgets as widgets
+box = widgets.Text(value="The <extra_id_0> of the United States shall <extra_id_1> to the Congress.",
+                   layout=widgets.Layout(width="90%"), continuous_update=False)
+k_slider = widgets.IntSlider(0, 0, 50, description="top_k (0: greedy)")
+def show_fill(text, top_k):
+    try:
+        print(fill_in(demo_model, demo_tok, text, demo_cfg.data.inputs_length, top_k=top_k or None))
+    except ValueError as e:
+        print("error:", e)
+widgets.interact(show_fill, text=box, top_k=k_slider)
+
+# %% [markdown]
+# ## When does the skill emerge? A longer run
+#
+# The same recipe with three times the steps (its cosine schedule stretched to match), evaluated more often.
+# `results/demo_long.json` keeps its evaluation curve; the plot shows held-out loss and encoder gain against
+# wall-clock minutes on 2 CPU cores.
+
+# %%
+#| slow
+long_run = train(make_config("cpu-demo", [f"train.total_steps={3 * make_config('cpu-demo').train.total_steps}",
+                                          "logging.run_dir=../runs/cpu-demo-long", "checkpoint.resume=never",
+                                          "logging.progress_bar=false"]))
+long_evals = [json.loads(l) for l in (Path(long_run["run_dir"]) / "metrics.jsonl").read_text().splitlines() if "eval_loss" in l]
+long_train = [json.loads(l) for l in (Path(long_run["run_dir"]) / "metrics.jsonl").read_text().splitlines() if "ms_per_step" in l]
+Path("results/demo_long.json").write_text(json.dumps({
+    "steps": long_run["steps"], "wall_s": long_run["wall_s"],
+    "ms_per_step": float(np.mean([m["ms_per_step"] for m in long_train])), "evals": long_evals}, indent=1))
+
+# %%
+long_saved = json.loads(Path("results/demo_long.json").read_text())
+minutes = [e["step"] * long_saved["ms_per_step"] / 60_000 for e in long_saved["evals"]]
+fig, ax = plt.subplots(figsize=(8, 3.5))
+ax.plot(minutes, [e["eval_loss"] for e in long_saved["evals"]], "o-", label="held-out loss")
+ax.plot(minutes, [e["eval_loss_shuffled_encoder"] for e in long_saved["evals"]], "x--", label="… with another row's encoder input")
+ax.set_xlabel("minutes of training on 2 CPU cores"); ax.set_ylabel("loss (nats)"); ax.set_ylim(top=6)
+gain_ax = ax.twinx()
+gain_ax.plot(minutes, [e["encoder_gain"] for e in long_saved["evals"]], "s-", color="C2", label="encoder gain (right)")
+gain_ax.set_ylabel("encoder gain (nats)")
+fig.legend(loc="upper right", fontsize=8); ax.set_title(f"the demo recipe over {long_saved['steps']} steps"); plt.tight_layout(); plt.show()
+for e, m in zip(long_saved["evals"], minutes):
+    print(f"{m:5.1f} min  step {e['step']:5d}  held-out {e['eval_loss']:.3f}  encoder gain {e['encoder_gain']:.3f}")
+
+# %% [markdown]
+# On a GPU the same recipe runs at a larger batch, and the question becomes how long the skill takes to
+# emerge there. This cell (`#| gpu`: it runs only on a machine with CUDA) trains the demo recipe at batch 128
+# with bf16 and `torch.compile`, and prints the wall-clock at which the encoder gain first exceeds 0.5 nats.
+
+# %%
+#| gpu
+gpu_run = train(make_config("cpu-demo", ["optim.batch_size=128", "train.total_steps=4000", "train.compile=true",
+                                         "eval.every_steps=250", "logging.every_steps=100",
+                                         "logging.run_dir=../runs/cpu-demo-gpu", "checkpoint.resume=never"]))
+gpu_evals = [json.loads(l) for l in (Path(gpu_run["run_dir"]) / "metrics.jsonl").read_text().splitlines() if "encoder_gain" in l]
+crossed = next((e for e in gpu_evals if e["encoder_gain"] >= 0.5), None)
+print(f"{gpu_run['wall_s'] / 60:.1f} min in all; encoder gain >= 0.5 at " +
+      (f"step {crossed['step']}" if crossed else "no evaluation") + f"; final {gpu_run['final_encoder_gain']:.3f}")
 
 # %%
 #| hide

@@ -63,6 +63,9 @@ def pretrain_cmd(args: argparse.Namespace) -> int:
     if summary.get("final_eval_loss") is not None:
         print(f"validation loss: {summary['first_eval_loss']:.3f} at the first evaluation -> "
               f"{summary['final_eval_loss']:.3f} (token accuracy {summary['final_eval_accuracy']:.1%})")
+    if summary.get("final_encoder_gain") is not None:
+        print(f"encoder gain:    {summary['final_encoder_gain']:.3f} nats (held-out loss with another row's encoder "
+              f"input, {summary['final_eval_loss_shuffled_encoder']:.3f}, minus the loss with its own)")
     if "unigram" in summary:
         print(f"baselines:       unigram entropy {summary['unigram']:.3f}, "
               f"per-position unigram {summary['per_position_unigram']:.3f}")

@@ -77,6 +77,17 @@ def test_two_process_ddp_on_cpu(tmp_path, small_data):
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]        # and DDP keeps the weights equal
     assert sorted(p.name for p in (tmp_path / "checkpoints" / "step_00000006").glob("process_*.pt")) == \
         ["process_0.pt", "process_1.pt"]
+    # the evaluation logged under DDP equals a single-process evaluation of the final weights
+    import torch
+    from nanot5_edu.model import T5
+    from nanot5_edu.tokenizer import load_tokenizer
+    from nanot5_edu.train import evaluate, make_config, validation_batches
+    cfg = make_config("cpu-demo", [*SMALL, *small_data])  # bf16, as the run
+    logged = [m for m in metrics(tmp_path) if "eval_loss" in m][-1]
+    single = evaluate(T5.from_hf(tmp_path / "hf"), validation_batches(cfg, load_tokenizer(tmp_path / "hf")),
+                      lambda: torch.autocast("cpu", dtype=torch.bfloat16))
+    for key in ("eval_loss", "eval_loss_shuffled_encoder", "encoder_gain"):
+        assert abs(logged[key] - single[key]) < 1e-4, (key, logged[key], single[key])
 
 
 @pytest.mark.parametrize("override,message", [
