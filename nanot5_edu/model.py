@@ -9,16 +9,18 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+from fastcore.basics import patch
 from torch import nn
 
 # %% auto #0
 __all__ = ['PRESETS', 'HF_ALIAS_KEYS', 'ModelConfig', 'get_config', 'hf_reference', 'dropout', 'RMSNorm',
-           'relative_position_bucket', 'RelativePositionBias', 'Attention', 'GatedFeedForward', 'SelfAttentionLayer',
-           'CrossAttentionLayer', 'FeedForwardLayer', 'Block', 'additive_mask', 'Stack', 'init_weights',
-           'Seq2SeqOutput', 'shift_right', 'T5']
+           'relative_position_bucket', 'RelativePositionBias', 'KV', 'BlockCache', 'Attention', 'GatedFeedForward',
+           'SelfAttentionLayer', 'CrossAttentionLayer', 'FeedForwardLayer', 'Block', 'additive_mask', 'Stack',
+           'init_weights', 'Seq2SeqOutput', 'shift_right', 'T5']
 
 # %% ../nbs/03_t5_layers.ipynb #14473d61
 @dataclass
@@ -93,20 +95,16 @@ def dropout(p: float) -> nn.Module:
 
 
 class RMSNorm(nn.Module):
-    "T5LayerNorm: y = w * x / sqrt(mean(x^2) + eps), variance in fp32"
+    "T5LayerNorm: y = w * x / sqrt(mean(x^2) + eps), the mean in fp32"
 
     def __init__(self, d: int, eps: float = 1e-6):
         super().__init__()
         self.weight, self.variance_epsilon = nn.Parameter(torch.ones(d)), eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:  # one fused kernel, same math
-            return F.rms_norm(x, self.weight.shape, self.weight, self.variance_epsilon)
-        variance = x.float().pow(2).mean(-1, keepdim=True)
-        x = x * torch.rsqrt(variance + self.variance_epsilon)
-        if self.weight.dtype in (torch.float16, torch.bfloat16):
-            x = x.to(self.weight.dtype)
-        return self.weight * x
+        if self.weight.dtype in (torch.float16, torch.bfloat16):  # HF: round x / rms to the weight's dtype, then scale
+            return self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.variance_epsilon).to(self.weight.dtype)
+        return F.rms_norm(x.float(), self.weight.shape, self.weight, self.variance_epsilon)
 
 # %% ../nbs/03_t5_layers.ipynb #6860c4da
 def relative_position_bucket(relative_position: torch.Tensor,  # key position - query position
@@ -144,6 +142,23 @@ class RelativePositionBias(nn.Module):
         return F.embedding(buckets, self.weight).permute(2, 0, 1).unsqueeze(0)
 
 # %% ../nbs/03_t5_layers.ipynb #150ed6ff
+class KV(NamedTuple):
+    "Keys and values of one attention layer, each [batch, heads, positions, d_kv]"
+    k: torch.Tensor
+    v: torch.Tensor
+
+
+class BlockCache(NamedTuple):
+    "What a block keeps while generating: self-attention k/v (one position longer each step), cross-attention k/v (fixed)"
+    self_attn: KV
+    cross_attn: KV | None = None  # decoder blocks only: computed from the encoder output at the first step
+
+    @property
+    def length(self) -> int:
+        "Positions already decoded"
+        return self.self_attn.k.shape[2]
+
+
 class Attention(nn.Module):
     "T5 multi-head attention (self or cross) through SDPA, unscaled, with an additive bias/mask"
 
@@ -162,8 +177,8 @@ class Attention(nn.Module):
         return x.unflatten(-1, (self.n_heads, self.d_kv)).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor | None, kv_input: torch.Tensor | None = None,
-                past: tuple[torch.Tensor, torch.Tensor] | None = None):
-        "Returns (output, (k, v)); `past` holds cached k/v: self-attention appends to them, cross-attention reuses them"
+                past: KV | None = None) -> tuple[torch.Tensor, KV]:
+        "Returns (output, KV); `past` holds cached k/v: self-attention appends to them, cross-attention reuses them"
         q = self.heads(self.q(x))
         if past is not None and kv_input is not None:  # cross-attention: encoder k/v computed once, then reused
             k, v = past
@@ -171,12 +186,12 @@ class Attention(nn.Module):
             src = x if kv_input is None else kv_input
             k, v = self.heads(self.k(src)), self.heads(self.v(src))
             if past is not None:  # self-attention while generating: append the new position's k/v
-                k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+                k, v = torch.cat([past.k, k], dim=2), torch.cat([past.v, v], dim=2)
         if bias is not None:
             bias = bias.to(q.dtype)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0,
                                              dropout_p=self.dropout if self.training else 0.0)
-        return self.o(out.transpose(1, 2).reshape(x.shape[0], -1, self.n_heads * self.d_kv)), (k, v)
+        return self.o(out.transpose(1, 2).reshape(x.shape[0], -1, self.n_heads * self.d_kv)), KV(k, v)
 
 # %% ../nbs/03_t5_layers.ipynb #145b0edf
 class GatedFeedForward(nn.Module):
@@ -220,7 +235,7 @@ class CrossAttentionLayer(nn.Module):
 class FeedForwardLayer(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.DenseReluDense = GatedFeedForward(config)
+        self.DenseReluDense = GatedFeedForward(config)  # HF's name (from v1.0's ReLU MLP), kept so state dicts match
         self.layer_norm = RMSNorm(config.d_model, config.layer_norm_epsilon)
         self.dropout = dropout(config.dropout_rate)
 
@@ -239,14 +254,13 @@ class Block(nn.Module):
             layers.append(CrossAttentionLayer(config))
         self.layer = nn.ModuleList(layers + [FeedForwardLayer(config)])
 
-    def forward(self, h, bias, encoder_out=None, encoder_mask=None, past=None):
-        "Returns (h, cache): cache = (self k, self v, cross k, cross v) in the decoder"
-        h, self_kv = self.layer[0](h, bias, past=None if past is None else past[:2])
-        cache = self_kv
+    def forward(self, h, bias, encoder_out=None, encoder_mask=None, past: BlockCache | None = None):
+        "Returns (h, BlockCache): the keys/values to pass back as `past` at the next decoding step"
+        h, self_kv = self.layer[0](h, bias, past=None if past is None else past.self_attn)
+        cross_kv = None
         if self.is_decoder:
-            h, cross_kv = self.layer[1](h, encoder_out, encoder_mask, past=None if past is None else past[2:])
-            cache = self_kv + cross_kv
-        return self.layer[-1](h), cache
+            h, cross_kv = self.layer[1](h, encoder_out, encoder_mask, past=None if past is None else past.cross_attn)
+        return self.layer[-1](h), BlockCache(self_kv, cross_kv)
 
 # %% ../nbs/03_t5_layers.ipynb #8202dffe
 def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -275,9 +289,11 @@ class Stack(nn.Module):
             bias = bias.masked_fill(~causal, torch.finfo(bias.dtype).min)
         return bias if mask is None else bias + mask
 
-    def forward(self, input_ids, attention_mask=None, encoder_out=None, encoder_mask=None, past=None):
+    def forward(self, input_ids, attention_mask=None, encoder_out=None, encoder_mask=None,
+                past: list[BlockCache] | None = None) -> tuple[torch.Tensor, list[BlockCache]]:
+        "Hidden states [B, len, d_model] and one BlockCache per block (the `past` of the next decoding step)"
         h = self.dropout(self.embed_tokens(input_ids))
-        offset = 0 if past is None else past[0][0].shape[2]
+        offset = 0 if past is None else past[0].length   # positions decoded so far
         mask = additive_mask(attention_mask, torch.float32)
         bias = self.position_bias(input_ids.shape[1], offset + input_ids.shape[1], mask, offset)
         enc_mask = additive_mask(encoder_mask, torch.float32)
@@ -414,11 +430,12 @@ class T5(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-# %% ../nbs/03_t5_layers.ipynb #1aecc543
+# %% ../nbs/03_t5_layers.ipynb #2698810a
 HF_ALIAS_KEYS = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")  # HF's names for `shared`, not saved
 
 
-def _from_hf(cls, model_or_dir) -> "T5":
+@patch(cls_method=True)
+def from_hf(cls: T5, model_or_dir) -> T5:
     "Our T5 with the weights of a `T5ForConditionalGeneration` (instance, local directory or hub name)"
     if isinstance(model_or_dir, (str, Path)):
         from transformers import T5ForConditionalGeneration
@@ -435,7 +452,8 @@ def _from_hf(cls, model_or_dir) -> "T5":
     return model
 
 
-def _to_hf(self):
+@patch
+def to_hf(self: T5):
     "The same weights in a `transformers.T5ForConditionalGeneration`"
     model = hf_reference(self.config)
     missing, unexpected = model.load_state_dict(self.state_dict(), strict=False)
@@ -443,7 +461,8 @@ def _to_hf(self):
     return model
 
 
-def _save_pretrained(self, save_dir: str | Path):
+@patch
+def save_pretrained(self: T5, save_dir: str | Path):
     "Write `config.json` + `model.safetensors` in HF's format (loadable by `T5ForConditionalGeneration.from_pretrained`)"
     from safetensors.torch import save_file
     save_dir = Path(save_dir)
@@ -453,8 +472,3 @@ def _save_pretrained(self, save_dir: str | Path):
     config.to_json_file(save_dir / "config.json")
     state = {k: v.detach().contiguous() for k, v in self.state_dict().items() if k not in HF_ALIAS_KEYS}
     save_file(state, save_dir / "model.safetensors", metadata={"format": "pt"})
-
-
-T5.from_hf = classmethod(_from_hf)
-T5.to_hf = _to_hf
-T5.save_pretrained = _save_pretrained

@@ -22,9 +22,11 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+from fastcore.basics import patch
 from torch import nn
 
 # %%
@@ -40,6 +42,49 @@ from transformers.utils import logging as hf_logging
 hf_logging.set_verbosity_error(); hf_logging.disable_progress_bar()
 random.seed(0); np.random.seed(0); torch.manual_seed(0);
 
+
+# %% [markdown]
+# ## One batch through the model, shape by shape
+#
+# Before building anything, follow one training batch from [02_span_corruption](02_span_corruption.ipynb)
+# through `T5.forward` for T5-Base (`d_model` 768, 12 heads of `d_kv` 64, `d_ff` 2048, 12 + 12 blocks,
+# 32,128 vocabulary rows). The collator gives `input_ids` `[B, 512]` and `labels` `[B, 114]`, no padding:
+#
+# | step | what | shape |
+# |---|---|---|
+# | 1 | `decoder_input_ids` = labels shifted right, start token 0 in front | `[B, 114]` |
+# | 2 | encoder: embed `input_ids` with the shared table | `[B, 512, 768]` |
+# | 3 | relative position bias of encoder block 0 (+ padding mask), reused by all 12 blocks | `[1, 12, 512, 512]` |
+# | 4 | each block, self-attention: `q`, `k`, `v` split into heads | `[B, 12, 512, 64]` |
+# | 5 | scores `q·kᵀ + bias`, softmax, times `v` (all inside SDPA), heads joined, `o` | `[B, 512, 768]` |
+# | 6 | each block, feed-forward: `gelu(wi_0 x) ⊙ wi_1 x`, then `wo` | `[B, 512, 2048]` → `[B, 512, 768]` |
+# | 7 | encoder output, after the final RMSNorm | `[B, 512, 768]` |
+# | 8 | decoder: embed `decoder_input_ids`; causal position bias | `[B, 114, 768]`; `[1, 12, 114, 114]` |
+# | 9 | each block, cross-attention: queries from the decoder, keys/values from the encoder output | `q` `[B, 12, 114, 64]`, `k`,`v` `[B, 12, 512, 64]` |
+# | 10 | decoder output, after the final RMSNorm | `[B, 114, 768]` |
+# | 11 | `lm_head`: one score per vocabulary row | `[B, 114, 32128]` |
+# | 12 | cross-entropy against `labels` | a scalar, the mean over `B·114` targets |
+#
+# The encoder does the heavy lifting (512 positions), the decoder sees only 114: span corruption makes the
+# expensive half of an encoder-decoder cheap. After `T5` is built, a cell runs this batch on the `meta`
+# device (shapes, no compute) and checks the table's shapes.
+#
+# ## What T5 v1.1 changed
+#
+# nanoT5 (and this notebook) build **T5 v1.1**, not the T5 of the paper (v1.0). The differences, each of which
+# shows up in the code below:
+#
+# | | T5 v1.0 (paper, `t5-base`) | T5 v1.1 (`google/t5-v1_1-base`, nanoT5) |
+# |---|---|---|
+# | feed-forward | `wo(relu(wi x))` | gated-GELU `wo(gelu(wi_0 x) ⊙ wi_1 x)` |
+# | dropout in pre-training | 0.1 | 0 (nanoT5; HF's config default is still 0.1) |
+# | LM head | tied to the input embedding, logits × `d_model^-½` | untied: its own `lm_head` matrix |
+# | biases | none in dense layers | none (unchanged) |
+# | layer norm | RMSNorm (scale only, no mean, no bias) | RMSNorm (unchanged) |
+# | pre-training data | C4, mixed with supervised tasks | C4 only |
+# | shapes | Base: `d_model` 768, `d_ff` 3072 | larger `d_model`, fewer heads, smaller `d_ff` in the big sizes; Base keeps 768, `d_ff` 2048 |
+#
+# The two rows marked unchanged are listed because both are often thought to be v1.1 changes.
 
 # %% [markdown]
 # ## The configuration
@@ -130,13 +175,23 @@ def hf_reference(config: ModelConfig):
     return model
 
 
+# %%
+hf_tiny = hf_reference(get_config("tiny"))
+test_eq(hf_tiny.lm_head.weight is hf_tiny.shared.weight, False)                         # untied head, as in v1.1 …
+test_eq(hf_tiny.encoder.embed_tokens is hf_tiny.shared is hf_tiny.decoder.embed_tokens, True)   # … one input embedding
+
+
 # %% [markdown]
 # ## RMSNorm
 #
-# T5's "layer norm" only rescales: no mean subtraction, no bias. The variance is taken in fp32 even under
-# bf16, and the result is cast back to the weight's dtype when that is half precision. (For fp32 we call
-# `F.rms_norm`, the same formula in one op. And a small helper: dropout with `p = 0` — nanoT5's
-# pre-training setting — becomes `nn.Identity`, so training does not multiply by an all-ones mask.)
+# T5's "layer norm" only rescales: no mean subtraction, no bias,
+#
+# $$y = w \odot \frac{x}{\sqrt{\operatorname{mean}(x^2) + \epsilon}},$$
+#
+# with the mean taken in fp32 even under bf16. `F.rms_norm` is exactly this formula in one op; we give it
+# `x` in fp32. With half-precision weights (a model cast to bf16), HF rounds the normalised `x` to the
+# weight's dtype *before* scaling, so then we scale after the op. (And a small helper: dropout with `p = 0`
+# — nanoT5's pre-training setting — becomes `nn.Identity`, so training does not multiply by an all-ones mask.)
 
 # %%
 #| export
@@ -146,20 +201,16 @@ def dropout(p: float) -> nn.Module:
 
 
 class RMSNorm(nn.Module):
-    "T5LayerNorm: y = w * x / sqrt(mean(x^2) + eps), variance in fp32"
+    "T5LayerNorm: y = w * x / sqrt(mean(x^2) + eps), the mean in fp32"
 
     def __init__(self, d: int, eps: float = 1e-6):
         super().__init__()
         self.weight, self.variance_epsilon = nn.Parameter(torch.ones(d)), eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:  # one fused kernel, same math
-            return F.rms_norm(x, self.weight.shape, self.weight, self.variance_epsilon)
-        variance = x.float().pow(2).mean(-1, keepdim=True)
-        x = x * torch.rsqrt(variance + self.variance_epsilon)
-        if self.weight.dtype in (torch.float16, torch.bfloat16):
-            x = x.to(self.weight.dtype)
-        return self.weight * x
+        if self.weight.dtype in (torch.float16, torch.bfloat16):  # HF: round x / rms to the weight's dtype, then scale
+            return self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.variance_epsilon).to(self.weight.dtype)
+        return F.rms_norm(x.float(), self.weight.shape, self.weight, self.variance_epsilon)
 
 
 # %%
@@ -167,6 +218,12 @@ x = torch.randn(2, 5, 16)
 ours, ref = RMSNorm(16), hf_t5.T5LayerNorm(16)
 with torch.no_grad(): ours.weight.normal_(); ref.weight.copy_(ours.weight)
 test_close(ours(x), ref(x), eps=1e-6)
+test_close(ours(x), ours.weight * x / (x.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt(), eps=1e-6)   # the formula above
+for w_dtype, x_dtype in [(torch.float32, torch.bfloat16), (torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32)]:
+    o, r = RMSNorm(16).to(w_dtype), hf_t5.T5LayerNorm(16).to(w_dtype)
+    with torch.no_grad(): o.weight.normal_(); r.weight.copy_(o.weight)
+    test_eq(o(x.to(x_dtype)).dtype, r(x.to(x_dtype)).dtype)                   # same dtype rules as HF …
+    test_close(o(x.to(x_dtype)).float(), r(x.to(x_dtype)).float(), eps=1e-2)  # … and the same values
 
 
 # %% [markdown]
@@ -207,13 +264,48 @@ for bidirectional in (True, False):
 test_eq(relative_position_bucket(-torch.tensor([7, 8, 11, 12, 90, 91, 500])).tolist(), [7, 8, 8, 9, 14, 15, 15])
 test_eq(relative_position_bucket(-torch.tensor([15, 16, 112, 113]), bidirectional=False).tolist(), [15, 16, 30, 31])
 
+# %% [markdown]
+# The bucket of every offset from −200 to 200. In the encoder, offsets closer than 8 get their own bucket
+# (exact), 8 to 127 share 8 log-spaced buckets, and everything from `max_distance` = 128 on is clipped into
+# the last one (which the rounding already reaches at 91); keys after the query use a second set of 16. The
+# decoder only looks back, so it spends all 32 buckets on the past: 16 exact, 16 log-spaced. Its keys
+# after the query are masked out by the causal mask (the function maps them to bucket 0, never used).
+
+# %%
+offsets = torch.arange(-200, 201)
+fig, axs = plt.subplots(2, 1, figsize=(10, 5.5), sharex=True)
+for ax, bidirectional, exact, name in [(axs[0], True, 8, "encoder (bidirectional, 16 + 16 buckets)"),
+                                       (axs[1], False, 16, "decoder (causal, 32 buckets for the past)")]:
+    buckets = relative_position_bucket(offsets, bidirectional).float()
+    if not bidirectional:
+        buckets[offsets > 0] = float("nan")
+        ax.axvspan(0.5, 200, fc="white", hatch="//", ec="0.75", lw=0, label="future: masked")
+    sides = (-1, 1) if bidirectional else (-1,)
+    for i, side in enumerate(sides):
+        lo, hi = sorted((side * exact, side * 0.5)); ax.axvspan(lo, hi, color="C2", alpha=0.25, lw=0, label="exact" if i == 0 else None)
+        lo, hi = sorted((side * exact, side * 128)); ax.axvspan(lo, hi, color="C1", alpha=0.2, lw=0, label="log-spaced" if i == 0 else None)
+        lo, hi = sorted((side * 128, side * 200)); ax.axvspan(lo, hi, color="C7", alpha=0.25, lw=0, label="clipped (≥ max_distance)" if i == 0 else None)
+    ax.step(offsets, buckets, where="mid", color="k", lw=1.2)
+    ax.set_ylabel("bucket"); ax.set_title(name, fontsize=10, loc="left")
+    ax.legend(loc="upper left" if bidirectional else "center right", fontsize=8, ncol=4 if bidirectional else 1)
+axs[1].set_xlabel("key position − query position"); plt.tight_layout(); plt.show()
+
+# %% [markdown]
+# The same buckets for every (query, key) pair of a 160-token sequence. In the encoder each diagonal is one
+# bucket; in the decoder the upper triangle (the future) is masked, shown blank:
+
 # %%
 q_pos, k_pos = torch.arange(160)[:, None], torch.arange(160)[None, :]
-fig, axs = plt.subplots(1, 2, figsize=(10, 4))
+fig, axs = plt.subplots(1, 2, figsize=(11, 4.6), constrained_layout=True)
 for ax, bidirectional, name in [(axs[0], True, "encoder (bidirectional)"), (axs[1], False, "decoder (causal)")]:
-    im = ax.imshow(relative_position_bucket(k_pos - q_pos, bidirectional), cmap="viridis")
-    ax.set_title(f"{name}: bucket of (query, key)"); ax.set_xlabel("key position"); ax.set_ylabel("query position")
-fig.colorbar(im, ax=axs, shrink=0.8); plt.show()
+    grid = relative_position_bucket(k_pos - q_pos, bidirectional).numpy()
+    if not bidirectional:
+        grid = np.ma.masked_where((k_pos > q_pos).numpy(), grid)
+        ax.text(110, 40, "future:\nmasked", ha="center", va="center", color="0.4")
+    im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=31)
+    ax.set_title(f"{name}\nbucket of each (query, key)", fontsize=10)
+    ax.set_xlabel("key position"); ax.set_ylabel("query position")
+fig.colorbar(im, ax=axs, shrink=0.8, label="bucket"); plt.show()
 
 
 # %% [markdown]
@@ -239,6 +331,14 @@ class RelativePositionBias(nn.Module):
         return F.embedding(buckets, self.weight).permute(2, 0, 1).unsqueeze(0)
 
 
+# %%
+rpb = RelativePositionBias(ModelConfig(num_heads=4), bidirectional=True)
+nn.init.normal_(rpb.weight)
+with torch.no_grad(): out = rpb(5, 7)
+test_eq(out.shape, (1, 4, 5, 7))                                                 # [1, heads, queries, keys]
+test_eq(out[0, :, 2, 6], rpb.weight.detach()[relative_position_bucket(torch.tensor(6 - 2))])  # one learned scalar per head and bucket
+
+
 # %% [markdown]
 # ## Attention
 #
@@ -250,10 +350,28 @@ class RelativePositionBias(nn.Module):
 # HF's matmul → add → softmax(fp32) → dropout → matmul chain, and no fp32 copy of the score tensor under bf16.
 #
 # The module keeps HF's parameter names (`q`, `k`, `v`, `o`, `relative_attention_bias`). For generation it
-# can return its key/value projections and take cached ones back.
+# returns its keys and values as a small named pair, `KV`, and can take cached ones back; a decoder block
+# keeps one `KV` per attention layer in a `BlockCache`.
 
 # %%
 #| export
+class KV(NamedTuple):
+    "Keys and values of one attention layer, each [batch, heads, positions, d_kv]"
+    k: torch.Tensor
+    v: torch.Tensor
+
+
+class BlockCache(NamedTuple):
+    "What a block keeps while generating: self-attention k/v (one position longer each step), cross-attention k/v (fixed)"
+    self_attn: KV
+    cross_attn: KV | None = None  # decoder blocks only: computed from the encoder output at the first step
+
+    @property
+    def length(self) -> int:
+        "Positions already decoded"
+        return self.self_attn.k.shape[2]
+
+
 class Attention(nn.Module):
     "T5 multi-head attention (self or cross) through SDPA, unscaled, with an additive bias/mask"
 
@@ -272,8 +390,8 @@ class Attention(nn.Module):
         return x.unflatten(-1, (self.n_heads, self.d_kv)).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor | None, kv_input: torch.Tensor | None = None,
-                past: tuple[torch.Tensor, torch.Tensor] | None = None):
-        "Returns (output, (k, v)); `past` holds cached k/v: self-attention appends to them, cross-attention reuses them"
+                past: KV | None = None) -> tuple[torch.Tensor, KV]:
+        "Returns (output, KV); `past` holds cached k/v: self-attention appends to them, cross-attention reuses them"
         q = self.heads(self.q(x))
         if past is not None and kv_input is not None:  # cross-attention: encoder k/v computed once, then reused
             k, v = past
@@ -281,12 +399,12 @@ class Attention(nn.Module):
             src = x if kv_input is None else kv_input
             k, v = self.heads(self.k(src)), self.heads(self.v(src))
             if past is not None:  # self-attention while generating: append the new position's k/v
-                k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+                k, v = torch.cat([past.k, k], dim=2), torch.cat([past.v, v], dim=2)
         if bias is not None:
             bias = bias.to(q.dtype)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0,
                                              dropout_p=self.dropout if self.training else 0.0)
-        return self.o(out.transpose(1, 2).reshape(x.shape[0], -1, self.n_heads * self.d_kv)), (k, v)
+        return self.o(out.transpose(1, 2).reshape(x.shape[0], -1, self.n_heads * self.d_kv)), KV(k, v)
 
 
 # %% [markdown]
@@ -374,7 +492,7 @@ class CrossAttentionLayer(nn.Module):
 class FeedForwardLayer(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.DenseReluDense = GatedFeedForward(config)
+        self.DenseReluDense = GatedFeedForward(config)  # HF's name (from v1.0's ReLU MLP), kept so state dicts match
         self.layer_norm = RMSNorm(config.d_model, config.layer_norm_epsilon)
         self.dropout = dropout(config.dropout_rate)
 
@@ -393,14 +511,21 @@ class Block(nn.Module):
             layers.append(CrossAttentionLayer(config))
         self.layer = nn.ModuleList(layers + [FeedForwardLayer(config)])
 
-    def forward(self, h, bias, encoder_out=None, encoder_mask=None, past=None):
-        "Returns (h, cache): cache = (self k, self v, cross k, cross v) in the decoder"
-        h, self_kv = self.layer[0](h, bias, past=None if past is None else past[:2])
-        cache = self_kv
+    def forward(self, h, bias, encoder_out=None, encoder_mask=None, past: BlockCache | None = None):
+        "Returns (h, BlockCache): the keys/values to pass back as `past` at the next decoding step"
+        h, self_kv = self.layer[0](h, bias, past=None if past is None else past.self_attn)
+        cross_kv = None
         if self.is_decoder:
-            h, cross_kv = self.layer[1](h, encoder_out, encoder_mask, past=None if past is None else past[2:])
-            cache = self_kv + cross_kv
-        return self.layer[-1](h), cache
+            h, cross_kv = self.layer[1](h, encoder_out, encoder_mask, past=None if past is None else past.cross_attn)
+        return self.layer[-1](h), BlockCache(self_kv, cross_kv)
+
+
+# %%
+h = torch.randn(2, 7, cfg.d_model)
+enc_out, enc_cache = Block(cfg, is_decoder=False, has_bias=True)(h, None)
+dec_out, dec_cache = Block(cfg, is_decoder=True, has_bias=True)(h[:, :3], None, encoder_out=h)
+test_eq((enc_out.shape, dec_out.shape), ((2, 7, cfg.d_model), (2, 3, cfg.d_model)))
+test_eq((enc_cache.cross_attn, dec_cache.cross_attn.k.shape), (None, (2, cfg.num_heads, 7, cfg.d_kv)))
 
 
 # %% [markdown]
@@ -435,9 +560,11 @@ class Stack(nn.Module):
             bias = bias.masked_fill(~causal, torch.finfo(bias.dtype).min)
         return bias if mask is None else bias + mask
 
-    def forward(self, input_ids, attention_mask=None, encoder_out=None, encoder_mask=None, past=None):
+    def forward(self, input_ids, attention_mask=None, encoder_out=None, encoder_mask=None,
+                past: list[BlockCache] | None = None) -> tuple[torch.Tensor, list[BlockCache]]:
+        "Hidden states [B, len, d_model] and one BlockCache per block (the `past` of the next decoding step)"
         h = self.dropout(self.embed_tokens(input_ids))
-        offset = 0 if past is None else past[0][0].shape[2]
+        offset = 0 if past is None else past[0].length   # positions decoded so far
         mask = additive_mask(attention_mask, torch.float32)
         bias = self.position_bias(input_ids.shape[1], offset + input_ids.shape[1], mask, offset)
         enc_mask = additive_mask(encoder_mask, torch.float32)
@@ -446,6 +573,39 @@ class Stack(nn.Module):
             h, cache = block(h, bias, encoder_out, enc_mask, None if past is None else past[i])
             caches.append(cache)
         return self.dropout(self.final_layer_norm(h)), caches
+
+
+# %% [markdown]
+# What every layer of a stack receives, for a padded batch of two rows (12 encoder tokens, the second row
+# padded after 8; 6 decoder tokens): the position bias of head 0 plus the mask, where masked entries
+# (−3.4·10³⁸, so the softmax gives them weight 0) are drawn black. Cross-attention has no position bias,
+# only the encoder's padding mask. The bias table here is random, as at init.
+
+# %%
+cfg = ModelConfig(d_model=32, d_kv=8, num_heads=4, relative_attention_num_buckets=16, relative_attention_max_distance=20)
+enc, dec = Stack(cfg, nn.Embedding(64, 32), is_decoder=False), Stack(cfg, nn.Embedding(64, 32), is_decoder=True)
+for stack in (enc, dec):
+    nn.init.normal_(stack.block[0].layer[0].SelfAttention.relative_attention_bias.weight)
+enc_attention_mask = torch.ones(2, 12, dtype=torch.long); enc_attention_mask[1, 8:] = 0
+with torch.no_grad():
+    enc_bias = enc.position_bias(12, 12, additive_mask(enc_attention_mask, torch.float32))   # [2, heads, 12, 12]
+    dec_bias = dec.position_bias(6, 6, None)                                                 # [1, heads, 6, 6]
+cross_mask = additive_mask(enc_attention_mask, torch.float32).expand(2, 1, 6, 12)             # [2, 1, 6, 12]
+test_eq((enc_bias.shape, dec_bias.shape), ((2, 4, 12, 12), (1, 4, 6, 6)))
+test_eq(bool((enc_bias[1, :, :, 8:] < -1e38).all()), True)                    # padded keys masked, every query
+test_eq(bool((dec_bias[0, :, torch.ones(6, 6).triu(1).bool()] < -1e38).all()), True)   # the future masked
+
+panels = [("encoder self-attention\nrow 0 (no padding)", enc_bias[0, 0]),
+          ("encoder self-attention\nrow 1 (keys 8–11 are padding)", enc_bias[1, 0]),
+          ("decoder self-attention\n(causal)", dec_bias[0, 0]),
+          ("cross-attention, row 1\n(mask only, no position bias)", cross_mask[1, 0])]
+cmap = plt.cm.coolwarm.copy(); cmap.set_bad("black")
+fig, axs = plt.subplots(1, 4, figsize=(13, 3.6), constrained_layout=True, gridspec_kw={"width_ratios": [12, 12, 6, 12]})
+for ax, (title, grid) in zip(axs, panels):
+    masked = grid.numpy() < -1e30
+    im = ax.imshow(np.ma.masked_array(np.where(masked, 0, grid.numpy()), mask=masked), cmap=cmap, vmin=-2.5, vmax=2.5)
+    ax.set_title(title, fontsize=9); ax.set_xlabel("key"); ax.set_ylabel("query")
+fig.colorbar(im, ax=axs, shrink=0.8, label="additive bias (black: masked)"); plt.show()
 
 
 # %% [markdown]
@@ -480,6 +640,9 @@ def init_weights(model: nn.Module, config: ModelConfig):
     if not config.tie_word_embeddings:
         nn.init.normal_(model.lm_head.weight, std=f * (d ** -0.5 if config.lm_head_init_fix else 1.0))
 
+
+# %% [markdown]
+# (`init_weights` runs when a `T5` is built, below; right after it, a check measures these stds.)
 
 # %% [markdown]
 # ## The model
@@ -609,18 +772,69 @@ test_eq(counts["tiny"], 13_637_632)  # 2·8192·256 + 4 encoder + 4 decoder bloc
 counts
 
 # %% [markdown]
+# And the init stds of `init_weights`, measured on a freshly built `tiny` model (`d_model` 256, `d_kv` 32,
+# `d_ff` 1024):
+
+# %%
+torch.manual_seed(0)
+t = T5(get_config("tiny"))
+att, ff = t.encoder.block[0].layer[0].SelfAttention, t.encoder.block[0].layer[1].DenseReluDense
+stds = {"q": (att.q.weight, (256 * 32) ** -0.5), "k": (att.k.weight, 256 ** -0.5), "o": (att.o.weight, 256 ** -0.5),
+        "wi_0": (ff.wi_0.weight, 256 ** -0.5), "wo": (ff.wo.weight, 1024 ** -0.5), "shared": (t.shared.weight, 1.0),
+        "lm_head": (t.lm_head.weight, 256 ** -0.5)}
+for name, (w, expected) in stds.items():
+    test_close(w.std().item() / expected, 1.0, eps=0.03)
+{name: round(w.std().item(), 4) for name, (w, _) in stds.items()}
+
+# %% [markdown]
+# Now the walk-through from the top of the notebook, measured: a T5-Base batch of `B = 4` rows on the `meta`
+# device (tensors with shapes and no data, so nothing is computed), with a forward hook on each module the
+# table names:
+
+# %%
+with torch.device("meta"):
+    base = T5(get_config("t5-v1_1-base"))
+    input_ids, labels = torch.zeros(4, 512, dtype=torch.long), torch.zeros(4, 114, dtype=torch.long)
+enc_block, dec_block = base.encoder.block[0], base.decoder.block[0]
+watch = {"2 encoder embedding": base.shared, "4 q (before the head split)": enc_block.layer[0].SelfAttention.q,
+         "5 self-attention output": enc_block.layer[0].SelfAttention.o, "6 wi_0": enc_block.layer[1].DenseReluDense.wi_0,
+         "6 wo": enc_block.layer[1].DenseReluDense.wo, "7 encoder output": base.encoder.final_layer_norm,
+         "9 cross-attention k": dec_block.layer[1].EncDecAttention.k, "10 decoder output": base.decoder.final_layer_norm,
+         "11 logits": base.lm_head}
+seen, hooks = {}, []
+def record(name):
+    def hook(module, inputs, output):   # returns None: the output is left as it is
+        seen.setdefault(name, tuple(output.shape))
+    return hook
+for name, module in watch.items():
+    hooks.append(module.register_forward_hook(record(name)))
+out = base(input_ids, labels=labels)
+for h in hooks: h.remove()
+seen["3 encoder position bias"] = tuple(base.encoder.position_bias(512, 512, None).shape)
+seen["8 decoder position bias"] = tuple(base.decoder.position_bias(114, 114, None).shape)
+seen["12 loss"] = tuple(out.loss.shape)
+for name in sorted(seen, key=lambda n: int(n.split()[0])): print(f"{name:32} {seen[name]}")
+test_eq(seen["2 encoder embedding"], (4, 512, 768)); test_eq(seen["4 q (before the head split)"], (4, 512, 768))
+test_eq(seen["6 wi_0"], (4, 512, 2048)); test_eq(seen["7 encoder output"], (4, 512, 768))
+test_eq(seen["3 encoder position bias"], (1, 12, 512, 512)); test_eq(seen["8 decoder position bias"], (1, 12, 114, 114))
+test_eq(seen["9 cross-attention k"], (4, 512, 768)); test_eq(seen["10 decoder output"], (4, 114, 768))
+test_eq(seen["11 logits"], (4, 114, 32128)); test_eq(seen["12 loss"], ())
+
+# %% [markdown]
 # ## Moving weights between HF and us
 #
 # Our state dict *is* HF's (minus the duplicated `encoder/decoder.embed_tokens` entries HF keeps for its
-# tied input embeddings). So `from_hf` and `to_hf` are state-dict copies with a strict key check, and
-# `save_pretrained` writes HF's format: `config.json` + `model.safetensors`.
+# tied input embeddings). So `T5.from_hf` and `model.to_hf()` are state-dict copies with a strict key check,
+# and `model.save_pretrained(dir)` writes HF's format: `config.json` + `model.safetensors`. They are methods
+# of `T5`, added here with fastcore's `@patch` so that they can be read next to the format they convert.
 
 # %%
 #| export
 HF_ALIAS_KEYS = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")  # HF's names for `shared`, not saved
 
 
-def _from_hf(cls, model_or_dir) -> "T5":
+@patch(cls_method=True)
+def from_hf(cls: T5, model_or_dir) -> T5:
     "Our T5 with the weights of a `T5ForConditionalGeneration` (instance, local directory or hub name)"
     if isinstance(model_or_dir, (str, Path)):
         from transformers import T5ForConditionalGeneration
@@ -637,7 +851,8 @@ def _from_hf(cls, model_or_dir) -> "T5":
     return model
 
 
-def _to_hf(self):
+@patch
+def to_hf(self: T5):
     "The same weights in a `transformers.T5ForConditionalGeneration`"
     model = hf_reference(self.config)
     missing, unexpected = model.load_state_dict(self.state_dict(), strict=False)
@@ -645,7 +860,8 @@ def _to_hf(self):
     return model
 
 
-def _save_pretrained(self, save_dir: str | Path):
+@patch
+def save_pretrained(self: T5, save_dir: str | Path):
     "Write `config.json` + `model.safetensors` in HF's format (loadable by `T5ForConditionalGeneration.from_pretrained`)"
     from safetensors.torch import save_file
     save_dir = Path(save_dir)
@@ -656,10 +872,6 @@ def _save_pretrained(self, save_dir: str | Path):
     state = {k: v.detach().contiguous() for k, v in self.state_dict().items() if k not in HF_ALIAS_KEYS}
     save_file(state, save_dir / "model.safetensors", metadata={"format": "pt"})
 
-
-T5.from_hf = classmethod(_from_hf)
-T5.to_hf = _to_hf
-T5.save_pretrained = _save_pretrained
 
 # %% [markdown]
 # ## Checks against `transformers` on whole models
@@ -743,6 +955,25 @@ for cfg in test_configs:
     print(generated)
 
 # %% [markdown]
+# The cache itself is one `BlockCache` per decoder block. After three steps of a batch of 4, each holds
+# self-attention keys/values for the 3 positions so far and cross-attention keys/values for the 11 encoder
+# positions (which never grow):
+
+# %%
+small = T5(test_configs[0]).eval()
+c_ids, c_mask, _ = batch_for(small.config, B=4)
+with torch.no_grad():
+    encoder_out, past, tokens = small.encode(c_ids, c_mask), None, torch.zeros(4, 1, dtype=torch.long)
+    for step in range(3):
+        h, past = small.decoder(tokens, encoder_out=encoder_out, encoder_mask=c_mask, past=past)
+        tokens = small.head(h).argmax(-1)
+c = small.config
+test_eq(len(past), c.num_decoder_layers)
+test_eq((past[0].length, tuple(past[0].self_attn.k.shape), tuple(past[0].cross_attn.v.shape)),
+        (3, (4, c.num_heads, 3, c.d_kv), (4, c.num_heads, 11, c.d_kv)))
+{name: tuple(kv.k.shape) for name, kv in past[0]._asdict().items()}
+
+# %% [markdown]
 # `top_k=k` samples each token among the *k* most likely instead of taking the best one (more varied text,
 # e.g. for filling blanks in 05). With `top_k=1` it is greedy decoding again, and a seeded generator makes a
 # sample repeatable:
@@ -770,24 +1001,78 @@ for fix in (False, True):
 print(f"initial loss: std-1 head {initial[False]:.1f}, fixed head {initial[True]:.2f}, ln V = {math.log(8192):.2f}")
 assert initial[True] < math.log(8192) + 1 < initial[False]
 
+
 # %% [markdown]
-# And the learned relative-position bias per head of a T5 trained for a while is the kind of picture this
-# gives (here at init, for the tiny model's encoder; see `05_training` for a trained one):
+# Why so far off? The decoder's last RMSNorm leaves hidden states of RMS ≈ 1, so a vector of norm ≈ √d_model.
+# Each logit is its dot product with one head row; with std-1 rows the logits have std ≈ √d_model (16 for
+# tiny, 27.7 for Base), the softmax is nearly one-hot on a random token, and the loss on the right token is
+# many times `ln V` — and more so the wider the model: about 7× for tiny and 10× for Base. Rows of std `d_model^-½` give logits of std ≈ 1 and a loss just above `ln V`. The head is
+# the only difference, so below one set of decoder outputs per model meets both heads:
 
 # %%
-tiny = T5(get_config("tiny"))
-bias = tiny.encoder.block[0].layer[0].SelfAttention.relative_attention_bias(1, 64, q_offset=32)[0, :, 0].detach()
-plt.figure(figsize=(7, 2.5)); plt.plot(torch.arange(64) - 32, bias.T); plt.xlabel("key - query")
-plt.title("encoder position bias per head (init)"); plt.show()
+def decoder_outputs(name, seed=0):
+    "Final decoder states of an untrained preset on random tokens, and the labels they must predict"
+    cfg = get_config(name)
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, cfg.vocab_size - 100, (2, 64), generator=g)
+    labels = torch.randint(3, cfg.vocab_size - 100, (2, 16), generator=g)
+    torch.manual_seed(seed)
+    model = T5(cfg).eval()
+    with torch.no_grad():
+        h, _ = model.decoder(shift_right(labels), encoder_out=model.encode(ids))
+    return h, labels, cfg
+
+head_std = {"HF std 1": lambda d: 1.0, "fixed, d_model^-½": lambda d: d ** -0.5}
+measured = {}   # preset -> head -> (logits, initial loss / ln V)
+for name in ("tiny", "t5-v1_1-base"):
+    h, labels, cfg = decoder_outputs(name)
+    head = torch.randn(cfg.vocab_size, cfg.d_model, generator=torch.Generator().manual_seed(0))
+    measured[name] = {}
+    for label, std in head_std.items():
+        logits = h @ (head * std(cfg.d_model)).T
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten()).item()
+        measured[name][label] = (logits, loss / math.log(cfg.vocab_size))
+
+fig, axs = plt.subplots(1, 2, figsize=(11, 3.3), gridspec_kw={"width_ratios": [3, 2]})
+for label, (logits, _) in measured["tiny"].items():
+    axs[0].hist(logits.flatten().numpy(), bins=np.linspace(-80, 80, 161), alpha=0.7, density=True,
+                label=f"{label}: std {logits.std():.1f}")
+axs[0].set_yscale("log"); axs[0].set_xlabel("initial logit (tiny, d_model 256)"); axs[0].legend(fontsize=8)
+axs[0].set_title("initial logits", fontsize=10)
+x = np.arange(2)
+for i, label in enumerate(head_std):
+    ratios = [measured[n][label][1] for n in ("tiny", "t5-v1_1-base")]
+    bars = axs[1].bar(x + (i - 0.5) * 0.38, ratios, 0.38, label=label)
+    axs[1].bar_label(bars, fmt="%.1f×", fontsize=8)
+axs[1].axhline(1, color="k", lw=0.8, ls="--"); axs[1].text(1.45, 1.3, "ln V", fontsize=8, ha="right")
+axs[1].set_xticks(x, ["tiny (d 256)", "Base (d 768)"]); axs[1].set_ylabel("initial loss / ln V")
+axs[1].legend(fontsize=8); axs[1].set_title("initial loss, in units of ln V", fontsize=10)
+plt.tight_layout(); plt.show()
+ratio = {n: measured[n]["HF std 1"][1] for n in measured}
+assert 5 < ratio["tiny"] < 8 and 9 < ratio["t5-v1_1-base"] < 13                 # grows like √d_model
+assert all(1 <= measured[n]["fixed, d_model^-½"][1] < 1.1 for n in measured)     # just above ln V
+
+# %% [markdown]
+# So with HF's init (and nanoT5's) the first steps of training are spent shrinking the head, not learning
+# language (nanoT5#25). A note on a picture this notebook does not show: the learned relative-position bias
+# per head is only worth plotting after training (at init it is noise of std `d_model^-½`); export a
+# checkpoint from the CPU demo (`nanot5-edu pretrain`, [05_training](05_training.ipynb)) and read its
+# `encoder.block.0.layer.0.SelfAttention.relative_attention_bias` to see which distances each head favours.
 
 # %% [markdown]
 # ## Bad input
 #
-# Wrong dtypes, mismatched batches and out-of-range ids fail with a sentence that names the problem:
+# Wrong dtypes, mismatched batches and out-of-range ids fail with a sentence that names the problem, e.g.
+# token ids from a tokenizer larger than the model's vocabulary:
 
 # %%
 m = T5(test_configs[0]).eval()
 ids, am, labels = batch_for(test_configs[0])
+try: m(ids + 600, labels=labels)
+except ValueError as e: print(e)
+
+# %%
+#| hide
 test_fail(lambda: m(ids.float(), labels=labels), contains="must be an integer tensor")
 test_fail(lambda: m(ids, am, labels=labels[:2]), contains="Batch sizes differ")
 test_fail(lambda: m(ids, am[:, :5], labels=labels), contains="attention_mask shape")
