@@ -43,6 +43,7 @@ RECIPES = {
     "enc2-dec1": ["model.num_layers=2", "model.num_decoder_layers=1"],
     "L1-lr1e-2": ["model.num_layers=1", "model.num_decoder_layers=1", "optim.lr=1e-2"],
     "L1-lr4e-2": ["model.num_layers=1", "model.num_decoder_layers=1", "optim.lr=4e-2"],
+    "L1-lr8e-2": ["model.num_layers=1", "model.num_decoder_layers=1", "optim.lr=8e-2"],
     "B64": ["optim.batch_size=64"],
     "B8": ["optim.batch_size=8"],
     "len64": ["data.inputs_length=64", "optim.batch_size=32"],

@@ -142,14 +142,16 @@ def legacy_lr(step: int, total_steps: int) -> float:
     if step < n1:
         return min(1e-2, step ** -0.5) if step > 0 else 1e-2
     peak = min(1e-2, n1 ** -0.5)
-    return peak * max(0.0, 1 - (step - n1) / (total_steps - n1))
+    ramp = (step - n1) / (total_steps - n1) if total_steps > n1 else 1.0  # a run too short for a ramp ends at 0
+    return peak * max(0.0, 1 - ramp)
 
 
 def inverse_sqrt_lr(step: int, lr: float, total_steps: int, knee_steps: int) -> float:
     "lr until `knee_steps`, then lr*sqrt(knee/step), then linear decay to 0 over the last 10% (legacy's shape)"
     n1 = math.ceil(0.9 * total_steps)
     at = lambda s: lr * math.sqrt(knee_steps / max(s, knee_steps, 1))
-    return at(step) if step < n1 else at(n1) * max(0.0, 1 - (step - n1) / (total_steps - n1))
+    ramp = (step - n1) / (total_steps - n1) if total_steps > n1 else 1.0  # a run too short for a ramp ends at 0
+    return at(step) if step < n1 else at(n1) * max(0.0, 1 - ramp)
 
 
 def get_lr_scheduler(name: str,  # 'cosine', 'legacy', 'inverse_sqrt' (knee at warmup_steps) or 'constant'

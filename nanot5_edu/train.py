@@ -109,7 +109,9 @@ class Config:
 
 # %% ../nbs/05_training.ipynb #40a0da97
 PRESETS = {
-    "cpu-demo": [],
+    # the recipe where the encoder starts to matter soonest on 2 CPU cores (the sweep at the end of this notebook)
+    "cpu-demo": ["model.num_layers=1", "model.num_decoder_layers=1", "optim.lr=4e-2", "train.total_steps=3000",
+                 "eval.every_steps=250", "checkpoint.every_steps=500", "logging.every_steps=50"],
     "t5-base": ["model_preset=t5-v1_1-base", "data.corpus=c4", "data.tokenizer=google/t5-v1_1-base",
                 "data.inputs_length=512", "optim.lr=2e-2", "optim.warmup_steps=10000", "optim.batch_size=128",
                 "train.total_steps=65536", "train.compile=true", "eval.every_steps=5000", "eval.batches=500",

@@ -44,6 +44,9 @@ def test_kill_9_and_resume_gives_identical_losses(tmp_path, small_data):
     args = [*SMALL, *small_data, "train.total_steps=160", "checkpoint.every_steps=20", "eval.every_steps=40"]
     straight = pretrain(tmp_path / "straight", *args)
     assert straight.returncode == 0, straight.stderr
+    final_eval = [m for m in metrics(tmp_path / "straight") if "eval_loss" in m][-1]
+    assert f"encoder gain:    {final_eval['encoder_gain']:.3f} nats" in straight.stdout  # the run summary shows it
+    assert "| encoder gain " in straight.stdout  # and so does each evaluation's log line
 
     proc = pretrain(tmp_path / "killed", *args, popen=True)
     first_ckpt = tmp_path / "killed" / "checkpoints" / "step_00000020"
