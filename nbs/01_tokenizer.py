@@ -247,6 +247,31 @@ plt.tight_layout(); plt.show()
 print(f"train split: {sum(doc_tokens):,} tokens in {len(doc_tokens)} speeches")
 
 # %% [markdown]
+# ## How much text is that?
+#
+# Scale decides what a run can learn, so count it in the unit training uses. Span corruption
+# ([02](02_span_corruption.ipynb)) cuts the token stream into rows of 568 raw tokens (512 after
+# corruption). nanoT5 trains T5-Base for 2¹⁶ = 65,536 steps of 128 rows:
+
+# %%
+rows_per_epoch = sum(doc_tokens) // 568
+nanot5_rows = 2**16 * 128
+print(f"State of the Union, train split: {sum(doc_tokens) / 1e6:.1f}M tokens = {rows_per_epoch:,} rows of 568")
+print(f"nanoT5's pre-training:           {nanot5_rows * 568 / 1e9:.1f}B tokens = {nanot5_rows / 1e6:.1f}M rows of 568 "
+      f"({nanot5_rows / rows_per_epoch:,.0f}× this corpus)")
+test_eq(nanot5_rows, 8_388_608)
+assert 3_500 < rows_per_epoch < 4_500
+
+# %% [markdown]
+# One pass over the speeches is about 30 of nanoT5's steps; nanoT5 sees over 2,000 times more text, every
+# row new. So a CPU run on this corpus learns what is frequent *within* it — function words, the
+# spelling of common words, the set phrases of addresses to Congress ("the state of the Union", "fellow
+# citizens") and local grammar — and, run for many epochs, starts to memorise the speeches themselves
+# instead of generalising. It cannot learn facts about the world or anything about rare words. That is
+# the right expectation for the demo in [05_training](05_training.ipynb): a loss well below the unigram
+# baselines, not a useful language model. For that, point `load_corpus` at C4.
+
+# %% [markdown]
 # ## The default vocabulary size
 #
 # T5-Base uses 32,000 pieces (+ 100 sentinels, padded to 32,128 rows). For the CPU demo the vocabulary is
@@ -288,6 +313,35 @@ if T5_SPIECE.exists():
     print("T5 vocabulary: ids equal transformers' T5Tokenizer and raw sentencepiece")
 else:
     print(f"skipped: {T5_SPIECE.resolve()} not found (the T5 vocabulary ships beside the project for CI only)")
+
+# %% [markdown]
+# ## Segmentation explorer
+#
+# Type any text and compare how the vocabularies cut it: our unigram and BPE models (8,000 pieces each,
+# trained on two centuries of speeches) and, when `../shared` holds it, T5's own (32,000 pieces, trained on
+# C4). Modern words that are rare in the speeches fall apart in ours and stay whole in T5's:
+
+# %%
+segmenters = {"ours, unigram": sp_models["unigram"], "ours, BPE": sp_models["bpe"]}
+if T5_SPIECE.exists():
+    segmenters["T5 (C4)"] = spm.SentencePieceProcessor(model_file=str(T5_SPIECE / "spiece.model"))
+
+def show_segmentations(text):
+    "Print the pieces of `text` under each vocabulary, one line each"
+    for name, sp in segmenters.items():
+        pieces = sp.encode(text, out_type=str)
+        print(f"{name:14} {len(pieces):3} pieces: {' '.join(pieces)}")
+
+show_segmentations("Our cybersecurity and broadband infrastructure are bipartisan priorities.")
+
+# %%
+import contextlib, io
+import ipywidgets as widgets
+with contextlib.redirect_stdout(io.StringIO()):   # outside Jupyter, the first draw's clear_output prints escape codes
+    seg_explorer = widgets.interactive(show_segmentations, text=widgets.Textarea(
+        "Our cybersecurity and broadband infrastructure are bipartisan priorities.",
+        layout=widgets.Layout(width="90%", height="4em")))
+seg_explorer
 
 
 # %% [markdown]
