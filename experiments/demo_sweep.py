@@ -64,6 +64,11 @@ def tokenizer_dir(vocab_size: int) -> Path:
     return d
 
 
+# Every recipe is a change to the demo's *old* default (4 + 4 layers, lr 2e-2), pinned here so that re-running
+# the sweep gives the same recipes whatever the cpu-demo preset has become since.
+OLD_DEFAULT = ["model.num_layers=4", "model.num_decoder_layers=4", "optim.lr=2e-2"]
+
+
 def with_tokenizer(overrides: list[str]) -> list[str]:
     vocab = next((int(o.split("=")[1]) for o in overrides if o.startswith("data.vocab_size=")), 8000)
     return overrides + [f"data.tokenizer={tokenizer_dir(vocab)}"]
@@ -109,7 +114,7 @@ def quiet_machine():
 
 
 def run(name: str, overrides: list[str], budget_s: float, seed: int, eval_points: int) -> dict:
-    common = with_tokenizer(overrides) + ["checkpoint.resume=never", "logging.progress_bar=false",
+    common = with_tokenizer(OLD_DEFAULT + overrides) + ["checkpoint.resume=never", "logging.progress_bar=false",
                                           f"train.seed={seed}", "checkpoint.every_steps=1000000"]
     ms = step_cpu_ms(make_config("cpu-demo", common))
     steps = max(50, int(budget_s * 1000 / ms))

@@ -400,8 +400,8 @@ def fill_in(model, tokenizer, text: str, max_input_length: int = 512, max_new_to
         raise ValueError(f"<extra_id_{max(markers)}> is not a sentinel: the tokenizer has <extra_id_0>…"
                          f"<extra_id_{len(sentinel_ids(tokenizer)) - 1}>.")
     if len(set(markers)) < len(markers):
-        raise ValueError(f"Each marker may appear once, got {sorted(markers)}: number the blanks "
-                         "<extra_id_0>, <extra_id_1>, … in order.")
+        raise ValueError(f"Each marker may appear once, got {sorted(markers)}: give every blank its own "
+                         "number (<extra_id_0>, <extra_id_1>, …; training inputs number them from 0 in order).")
     ids = tokenizer(text, return_tensors="pt").input_ids
     if ids.shape[1] > max_input_length:
         raise ValueError(f"The text is {ids.shape[1]} tokens, longer than the model's inputs ({max_input_length}): "

@@ -63,3 +63,12 @@ def test_gain_is_clearly_positive_when_targets_copy_the_input(tokenizer):
     after = evaluate(model, valid, lambda: NO_AUTOCAST)
     assert abs(before["encoder_gain"]) < 0.2, before
     assert after["encoder_gain"] > 1.0, after  # ln(50) = 3.9 nats is the most the input can be worth per token
+
+
+def test_one_row_batches_get_no_shuffled_score(tokenizer):
+    torch.manual_seed(0)
+    model = T5(get_config("tiny", **CONFIG))
+    collator = SpanCorruptionCollator(tokenizer, 32, seed=0)
+    ev = evaluate(model, [collator(copy_rows(1, collator.raw_length, seed=1))], lambda: NO_AUTOCAST)
+    assert ev["encoder_gain"] is None and ev["eval_loss_shuffled_encoder"] is None
+    assert ev["eval_loss"] > 0
