@@ -103,7 +103,8 @@ def step_cpu_ms(cfg, warm: int = 10, timed: int = 12) -> float:
 
 @contextlib.contextmanager
 def quiet_machine():
-    "Ask the machine's watcher (see README of experiments) to hold niced background jobs: on 2 cores one busy neighbour stalls torch's threads"
+    """Create /tmp/quiet while timing. On the machine this sweep ran on, a watcher paused niced background jobs while
+    that file existed (on 2 cores one busy neighbour stalls torch's threads 3-10x); elsewhere it does nothing."""
     flag = Path("/tmp/quiet")
     flag.touch()
     time.sleep(1)
