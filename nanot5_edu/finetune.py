@@ -118,7 +118,8 @@ def load_sni(data_dir: str | Path | None = None,  # a natural-instructions clone
                 chosen = rng.sample(rest, min(instances_per_task, len(rest)))
             else:
                 chosen = held[:instances_per_task]
-        pool = [r for _, inst in rest for r in _references(inst)] or [ex["output"].strip() for ex in task["Positive Examples"]]
+        pool = ([r for _, inst in rest for r in _references(inst)]
+                or [ex["output"].strip() for ex in task["Positive Examples"]])
         majority = Counter(pool).most_common(1)[0][0] if pool else ""
         answers = sorted({r for _, inst in instances for r in _references(inst)})
         options = answers if len(answers) <= MAX_OPTIONS else []
@@ -289,12 +290,13 @@ def _resolve_checkpoint(checkpoint: str | Path) -> tuple[str, Path | str]:
 
 
 def _check_weights(source, missing, unexpected):
-    missing, unexpected = sorted(set(missing) - set(HF_ALIAS_KEYS)), sorted(unexpected)
-    if missing or unexpected:
-        show = lambda keys: ", ".join(keys[:10]) + (f" (and {len(keys) - 10} more)" if len(keys) > 10 else "")
-        raise ConfigError(f"{source} does not fit the model: " + "; ".join(
-            [f"missing weights {show(missing)}"] * bool(missing) + [f"unexpected weights {show(unexpected)}"] * bool(unexpected))
-            + ". Is it a T5 v1.1 checkpoint of this architecture, and complete? Loading it would leave random weights.")
+    "Raise ConfigError naming the weights a checkpoint lacks or has in excess (HF's aliases of `shared` aside)"
+    problems = {"missing": sorted(set(missing) - set(HF_ALIAS_KEYS)), "unexpected": sorted(unexpected)}
+    if any(problems.values()):
+        named = "; ".join(f"{kind} weights {', '.join(keys[:10])}" + (f" (and {len(keys) - 10} more)" if len(keys) > 10 else "")
+                          for kind, keys in problems.items() if keys)
+        raise ConfigError(f"{source} does not fit the model: {named}. Is it a T5 v1.1 checkpoint of this architecture, "
+                          "and complete? Loading it would leave those weights random.")
 
 
 def checkpoint_model_config(checkpoint: str | Path) -> ModelConfig:

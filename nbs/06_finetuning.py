@@ -211,7 +211,8 @@ def load_sni(data_dir: str | Path | None = None,  # a natural-instructions clone
                 chosen = rng.sample(rest, min(instances_per_task, len(rest)))
             else:
                 chosen = held[:instances_per_task]
-        pool = [r for _, inst in rest for r in _references(inst)] or [ex["output"].strip() for ex in task["Positive Examples"]]
+        pool = ([r for _, inst in rest for r in _references(inst)]
+                or [ex["output"].strip() for ex in task["Positive Examples"]])
         majority = Counter(pool).most_common(1)[0][0] if pool else ""
         answers = sorted({r for _, inst in instances for r in _references(inst)})
         options = answers if len(answers) <= MAX_OPTIONS else []
@@ -241,7 +242,8 @@ test_eq((len(train_ds), len(seen_ds), len(unseen_ds)), (600, 249, 200))
 test_eq(sorted(set(unseen_ds["task"])), ["task1745_bbh_navigate", "task1752_bbh_sports_understanding"])
 test_eq(sorted(set(seen_ds["task"])), sorted(set(train_ds["task"])))
 test_eq("task1757_bbh_web_of_lies" in set(train_ds["task"]) | set(unseen_ds["task"]), False)
-test_eq(unseen_ds[0]["id"], json.loads((SNI_MINI / "tasks" / "task1745_bbh_navigate.json").read_text())["Instances"][0]["id"])
+navigate_task = json.loads((SNI_MINI / "tasks" / "task1745_bbh_navigate.json").read_text())
+test_eq(unseen_ds[0]["id"], navigate_task["Instances"][0]["id"])
 for s in range(3):
     test_eq(set(load_sni(split="train", seed=s)[0]["id"]) & set(seen_ds["id"]), set())
 print(Counter(seen_ds["task"]))
@@ -574,12 +576,13 @@ def _resolve_checkpoint(checkpoint: str | Path) -> tuple[str, Path | str]:
 
 
 def _check_weights(source, missing, unexpected):
-    missing, unexpected = sorted(set(missing) - set(HF_ALIAS_KEYS)), sorted(unexpected)
-    if missing or unexpected:
-        show = lambda keys: ", ".join(keys[:10]) + (f" (and {len(keys) - 10} more)" if len(keys) > 10 else "")
-        raise ConfigError(f"{source} does not fit the model: " + "; ".join(
-            [f"missing weights {show(missing)}"] * bool(missing) + [f"unexpected weights {show(unexpected)}"] * bool(unexpected))
-            + ". Is it a T5 v1.1 checkpoint of this architecture, and complete? Loading it would leave random weights.")
+    "Raise ConfigError naming the weights a checkpoint lacks or has in excess (HF's aliases of `shared` aside)"
+    problems = {"missing": sorted(set(missing) - set(HF_ALIAS_KEYS)), "unexpected": sorted(unexpected)}
+    if any(problems.values()):
+        named = "; ".join(f"{kind} weights {', '.join(keys[:10])}" + (f" (and {len(keys) - 10} more)" if len(keys) > 10 else "")
+                          for kind, keys in problems.items() if keys)
+        raise ConfigError(f"{source} does not fit the model: {named}. Is it a T5 v1.1 checkpoint of this architecture, "
+                          "and complete? Loading it would leave those weights random.")
 
 
 def checkpoint_model_config(checkpoint: str | Path) -> ModelConfig:
@@ -645,8 +648,8 @@ test_fail(lambda: load_model(tempfile.mkdtemp()), contains="no config.json")
 # control run of "what did pre-training buy?". `sni.eval_on` picks the evaluation after training: `seen`
 # (held-out instances of the training tasks), `unseen` (the test tasks) or `both`. SNI's official score is the
 # unseen one, and a model of a few million parameters cannot be expected to follow an instruction it has never
-# seen; the seen evaluation is where fine-tuning can show at CPU scale. The held-out loss that `fit` logs is on the seen set
-# (or the unseen one with `sni.eval_on=unseen`).
+# seen; the seen evaluation is where fine-tuning can show at CPU scale. The held-out loss that `fit` logs is on
+# the seen set (or the unseen one with `sni.eval_on=unseen`).
 
 # %%
 #| export
@@ -754,10 +757,11 @@ def make_finetune_config(checkpoint: str | None = None, data_dir: str | None = N
 # init with no checkpoint to copy:
 
 # %%
-ckpt = export_hf(T5(dataclasses.replace(tiny.config, dropout_rate=0.1)), tok, Path(tempfile.mkdtemp()) / "hf-dropout")
+tmp = Path(tempfile.mkdtemp())
+ckpt = export_hf(T5(dataclasses.replace(tiny.config, dropout_rate=0.1)), tok, tmp / "hf-dropout")
 test_eq(make_finetune_config(str(ckpt)).model, dataclasses.replace(tiny.config, dropout_rate=0.0))
 test_eq(make_finetune_config(str(ckpt), overrides=["model.dropout_rate=0.1"]).model.dropout_rate, 0.1)
-test_fail(lambda: finetune(make_finetune_config(str(ckpt), overrides=["model.d_ff=128", "logging.run_dir=" + tempfile.mkdtemp()])),
+test_fail(lambda: finetune(make_finetune_config(str(ckpt), overrides=["model.d_ff=128", f"logging.run_dir={tmp}"])),
           contains="model.d_ff=128 (the checkpoint's: 64)")
 test_fail(lambda: finetune(make_finetune_config(overrides=["sni.eval_on=test"])), contains="use seen, unseen or both")
 test_fail(lambda: finetune(make_finetune_config(overrides=["sni.random_init=true"])), contains="give --checkpoint")
@@ -767,7 +771,6 @@ test_fail(lambda: finetune(make_finetune_config(overrides=["sni.random_init=true
 # end): the run's model has no dropout layer, and both evaluation sets are scored beside their baselines.
 
 # %%
-tmp = Path(tempfile.mkdtemp())
 s = finetune(make_finetune_config(str(ckpt), overrides=[
     "train.total_steps=4", "optim.batch_size=4", "optim.lr=1e-3", "eval.batches=1", "eval.batch_size=4",
     "logging.every_steps=2", f"logging.run_dir={tmp / 'ft'}", "logging.progress_bar=false", "sni.instances_per_task=4",
@@ -826,9 +829,16 @@ def run_experiment(pretrained: Path, sizes, seeds, overrides, run_root: Path) ->
             "wall_s": time.time() - t_start, "runs": runs}
 
 
+def combine(parts: list[dict]) -> dict:
+    "One result from run_experiment calls over different sizes (same checkpoint, seeds and settings)"
+    return {**parts[0], "sizes": [n for p in parts for n in p["sizes"]], "runs": [r for p in parts for r in p["runs"]],
+            "wall_s": sum(p["wall_s"] for p in parts)}
+
+
 # %% [markdown]
-# The table compares the two starts at the largest training size, as mean ± sd over seeds, with the difference,
-# whether it exceeds the seed spread, and the two baselines (the same for every run: they need no model):
+# The table compares the two starts at one training size, as mean ± sd over seeds, with the difference, whether
+# it exceeds the seed spread, and the two baselines (the same for every run: they need no model). The figure
+# shows E2E NLG against the training size, and the two starts' held-out loss curves overlaid:
 
 # %%
 def spread(values: list[float]) -> tuple[float, float, float, float]:
@@ -894,11 +904,12 @@ def plot_experiment(results: dict):
 
 
 # %%
-check = run_experiment(ckpt, sizes=(1, 2), seeds=(0, 1), run_root=Path(tempfile.mkdtemp()), overrides=[
-    "train.total_steps=2", "optim.batch_size=4", "eval.every_steps=1", "eval.batches=1", "eval.batch_size=4",
-    "logging.every_steps=1", "sni.seen_instances_per_task=1", "sni.unseen_instances_per_task=2",
-    "sni.max_source_length=128", "sni.max_target_length=4"])
-test_eq(len(check["runs"]), 8)
+quick = ["train.total_steps=2", "optim.batch_size=4", "eval.every_steps=1", "eval.batches=1", "eval.batch_size=4",
+         "logging.every_steps=1", "sni.seen_instances_per_task=1", "sni.unseen_instances_per_task=2",
+         "sni.max_source_length=128", "sni.max_target_length=4"]
+root = Path(tempfile.mkdtemp())
+check = combine([run_experiment(ckpt, (n,), (0, 1), quick, root) for n in (1, 2)])
+test_eq((check["sizes"], len(check["runs"])), ([1, 2], 8))
 test_eq([s for s, _ in check["runs"][0]["held_out_loss"]], [0, 1, 2])
 print(experiment_table(check))
 plot_experiment(check)
@@ -912,48 +923,59 @@ plot_experiment(check)
 # - AdamW at a constant 1e-3 (the `sni` preset's 5e-5 is for a 250M-parameter T5 over 18,830 steps), dropout 0,
 #   bf16 autocast as in the pre-training (on CPU a step takes 0.7× the time of fp32);
 # - prompts cut to 256 tokens (positive examples that do not fit are dropped, as Tk-Instruct does), targets and
-#   generations to 48 tokens (with the demo's 8,000-piece vocabulary, 90% of E2E NLG references fit);
+#   generations to 48 tokens (with an 8,000-piece vocabulary like the demo's, 90% of E2E NLG references fit);
 # - evaluation on 25 held-out instances of each training task (all of a BIG-Bench-Hard task's 25; 150 in all) and
 #   the first 50 of each test task (100); the held-out loss on 32 of the seen instances every 25 steps.
 #
 # **Time.** 18 runs of about 57 s on this project's 2-core CI machine: 32 s of training (0.32 s a step), 9 s of
 # held-out loss evaluations, 12 s of generation and rank classification, 4 s of loading and saving — about
 # 17 minutes in all. (Estimated from CPU-time ratios to the README's measured train step, 0.875 s for batch
-# 32 × 128 → 32 fp32: the same 4-layer model takes 0.45 s for a step of 8 × 256 → 48 in fp32, 0.32 s in bf16,
-# 1.1 s to generate 48 tokens for 32 prompts of 256.) The cell prints each run's time and the total, and saves
-# them with the results.
+# 32 × 128 → 32 fp32: the same `tiny` model takes 0.45 s for a step of 8 × 256 → 48 in fp32, 0.32 s in bf16,
+# 1.1 s to generate 48 tokens for 32 prompts of 256.) The cells print each run's time and the total, and save
+# them with the results; there is one cell per training size, so that each stays under nbdev's 10-minute cell
+# timeout.
 
 # %%
 #| slow
-PRETRAINED, RESULTS = Path("../runs/cpu-demo-notebook"), Path("results/sni_experiment.json")
+PRETRAINED, RUN_ROOT = Path("../runs/cpu-demo-notebook"), Path("../runs/sni-experiment")
 assert (PRETRAINED / "hf").exists(), "run the slow cell of 05_training first (it writes ../runs/cpu-demo-notebook)"
-print(f"pre-trained start: {PRETRAINED}, {T5(checkpoint_model_config(PRETRAINED)).num_parameters() / 1e6:.1f}M parameters")
-results = run_experiment(PRETRAINED, sizes=(10, 30, 100), seeds=(0, 1, 2), run_root=Path("../runs/sni-experiment"),
-                         overrides=["train.total_steps=100", "train.precision=bf16", "optim.lr=1e-3",
-                                    "optim.batch_size=8", "eval.every_steps=25", "eval.batches=1", "eval.batch_size=32",
-                                    "eval.samples=0", "logging.every_steps=25", "checkpoint.every_steps=100",
-                                    "sni.max_source_length=256", "sni.max_target_length=48",
-                                    "sni.seen_instances_per_task=25", "sni.unseen_instances_per_task=50",
-                                    "sni.eval_batch_size=32"])
+arch = checkpoint_model_config(PRETRAINED)
+print(f"pre-trained start: {PRETRAINED}, {T5(arch).num_parameters() / 1e6:.1f}M parameters, vocabulary {arch.vocab_size}")
+SEEDS = (0, 1, 2)
+SETTINGS = ["train.total_steps=100", "train.precision=bf16", "optim.lr=1e-3", "optim.batch_size=8",
+            "eval.every_steps=25", "eval.batches=1", "eval.batch_size=32", "eval.samples=0", "logging.every_steps=25",
+            "checkpoint.every_steps=100", "sni.max_source_length=256", "sni.max_target_length=48",
+            "sni.seen_instances_per_task=25", "sni.unseen_instances_per_task=50", "sni.eval_batch_size=32"]
+parts = [run_experiment(PRETRAINED, (10,), SEEDS, SETTINGS, RUN_ROOT)]
+
+# %%
+#| slow
+parts.append(run_experiment(PRETRAINED, (30,), SEEDS, SETTINGS, RUN_ROOT))
+
+# %%
+#| slow
+parts.append(run_experiment(PRETRAINED, (100,), SEEDS, SETTINGS, RUN_ROOT))
+results, RESULTS = combine(parts), Path("results/sni_experiment.json")
 RESULTS.parent.mkdir(exist_ok=True)
 RESULTS.write_text(json.dumps(results, indent=1))
 print(f"{len(results['runs'])} runs in {results['wall_s'] / 60:.1f} min")
 
 # %% [markdown]
-# The saved results (from the slow cell above):
+# The saved results (from the slow cells above), one table per training size:
 
 # %%
 RESULTS = Path("results/sni_experiment.json")
 if RESULTS.exists():
     saved = json.loads(RESULTS.read_text())
     print(f"{len(saved['runs'])} runs, {saved['wall_s'] / 60:.1f} min on this project's CI machine (2 CPU cores)\n")
-    print(experiment_table(saved))
+    for n in saved["sizes"]:
+        print(experiment_table(saved, n), end="\n\n")
     plot_experiment(saved)
 else:
-    print(f"{RESULTS} is not there yet: run the slow cell above (about 17 minutes on 2 CPU cores).")
+    print(f"{RESULTS} is not there yet: run the slow cells above (about 17 minutes on 2 CPU cores).")
 
 # %% [markdown]
-# <!-- After the slow cell has run: state here what the saved table and figure show, with their numbers, and call a
+# <!-- After the slow cells have run: state here what the saved table and figure show, with their numbers, and call a
 # difference a difference only where the table says "beyond seed spread? yes". -->
 #
 # **The scale it takes.** nanoT5's fine-tuning result is at a scale about 10⁴ times this one: T5-Base (250M
