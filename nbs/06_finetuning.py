@@ -787,8 +787,8 @@ for name, label in EVAL_SETS.items():
 # %% [markdown]
 # ## The experiment: what does pre-training buy at CPU scale?
 #
-# The `cpu-demo` model of [05](05_training.ipynb) (pre-trained for a few minutes on the State of the Union
-# corpus) against the same architecture and tokenizer from a random init (`sni.random_init=true`),
+# The `cpu-demo` model of [05](05_training.ipynb) (pre-trained on the State of the Union corpus on 2 CPU cores)
+# against the same architecture and tokenizer from a random init (`sni.random_init=true`),
 # each fine-tuned with the same steps on sni-mini's 6 training tasks with **10, 30 and 100 training instances per
 # task**, each over **3 seeds** (the seed draws the training sample, the data order and, for the random start,
 # the init). Every run is scored on the seen tasks' new instances and on the unseen tasks, with the baselines.
@@ -918,22 +918,20 @@ plot_experiment(check)
 # The experiment itself (`#| slow`). It needs the pre-trained checkpoint that the slow cell of
 # [05](05_training.ipynb) writes to `../runs/cpu-demo-notebook`. The settings, with the reason for each:
 #
-# - 100 steps of batch 8 for every run, whatever the training size (so 10 per task is 13 epochs of 60 instances,
-#   100 per task 1.3 epochs of 600): the same compute for both starts and all sizes;
+# - 200 steps of batch 8 for every run, whatever the training size (so 10 per task is 27 epochs of 60 instances,
+#   100 per task 2.7 epochs of 600): the same compute for both starts and all sizes;
 # - AdamW at a constant 1e-3 (the `sni` preset's 5e-5 is for a 250M-parameter T5 over 18,830 steps), dropout 0,
-#   bf16 autocast as in the pre-training (on CPU a step takes 0.7× the time of fp32);
+#   bf16 autocast as in the pre-training;
 # - prompts cut to 256 tokens (positive examples that do not fit are dropped, as Tk-Instruct does), targets and
 #   generations to 48 tokens (with an 8,000-piece vocabulary like the demo's, 90% of E2E NLG references fit);
 # - evaluation on 25 held-out instances of each training task (all of a BIG-Bench-Hard task's 25; 150 in all) and
-#   the first 50 of each test task (100); the held-out loss on 32 of the seen instances every 25 steps.
+#   the first 50 of each test task (100); the held-out loss on 32 of the seen instances every 50 steps.
 #
-# **Time.** 18 runs of about 57 s on this project's 2-core CI machine: 32 s of training (0.32 s a step), 9 s of
-# held-out loss evaluations, 12 s of generation and rank classification, 4 s of loading and saving — about
-# 17 minutes in all. (Estimated from CPU-time ratios to the README's measured train step, 0.875 s for batch
-# 32 × 128 → 32 fp32: the same `tiny` model takes 0.45 s for a step of 8 × 256 → 48 in fp32, 0.32 s in bf16,
-# 1.1 s to generate 48 tokens for 32 prompts of 256.) The cells print each run's time and the total, and save
-# them with the results; there is one cell per training size, so that each stays under nbdev's 10-minute cell
-# timeout.
+# **Time.** About 15 minutes for the 18 runs on this project's 2-core CI machine: one run of 100 steps with these
+# settings took 31 s there (0.19 s a step, and 12 s of loading, loss evaluations, generation, rank classification
+# and saving), so a run of 200 steps takes about 50 s. The cells print each run's time and the total, and save
+# them with the results; there is one cell per training size, so that each (about 5 minutes) stays under nbdev's
+# 10-minute cell timeout.
 
 # %%
 #| slow
@@ -942,9 +940,9 @@ assert (PRETRAINED / "hf").exists(), "run the slow cell of 05_training first (it
 arch = checkpoint_model_config(PRETRAINED)
 print(f"pre-trained start: {PRETRAINED}, {T5(arch).num_parameters() / 1e6:.1f}M parameters, vocabulary {arch.vocab_size}")
 SEEDS = (0, 1, 2)
-SETTINGS = ["train.total_steps=100", "train.precision=bf16", "optim.lr=1e-3", "optim.batch_size=8",
-            "eval.every_steps=25", "eval.batches=1", "eval.batch_size=32", "eval.samples=0", "logging.every_steps=25",
-            "checkpoint.every_steps=100", "sni.max_source_length=256", "sni.max_target_length=48",
+SETTINGS = ["train.total_steps=200", "train.precision=bf16", "optim.lr=1e-3", "optim.batch_size=8",
+            "eval.every_steps=50", "eval.batches=1", "eval.batch_size=32", "eval.samples=0", "logging.every_steps=50",
+            "checkpoint.every_steps=200", "sni.max_source_length=256", "sni.max_target_length=48",
             "sni.seen_instances_per_task=25", "sni.unseen_instances_per_task=50", "sni.eval_batch_size=32"]
 parts = [run_experiment(PRETRAINED, (10,), SEEDS, SETTINGS, RUN_ROOT)]
 
@@ -972,7 +970,7 @@ if RESULTS.exists():
         print(experiment_table(saved, n), end="\n\n")
     plot_experiment(saved)
 else:
-    print(f"{RESULTS} is not there yet: run the slow cells above (about 17 minutes on 2 CPU cores).")
+    print(f"{RESULTS} is not there yet: run the slow cells above (about 15 minutes on 2 CPU cores).")
 
 # %% [markdown]
 # <!-- After the slow cells have run: state here what the saved table and figure show, with their numbers, and call a
