@@ -107,6 +107,11 @@ def load_sotu(split: str = "train") -> datasets.Dataset:
 
 # %%
 sotu_train, sotu_valid = load_sotu("train"), load_sotu("validation")
+print(sotu_train, sotu_valid, sep="\n")
+print("validation years:", sorted(set(sotu_valid["year"])))
+
+# %%
+#| hide
 test_eq(sotu_train.column_names[0], "text")
 test_eq(set(sotu_valid["year"]) & set(sotu_train["year"]), set())  # no year in both splits
 test_eq(all(y % 10 == 5 for y in sotu_valid["year"]), True)
@@ -114,7 +119,6 @@ test_eq((min(sotu_valid["year"]), max(sotu_valid["year"])), (1795, 2015))       
 test_eq(len({y // 10 for y in sotu_valid["year"]}), 23)
 test_eq(len({y // 10 for y in sotu_train["year"]} | {y // 10 for y in sotu_valid["year"]}), 24)
 assert 0.05 < len(sotu_valid) / (len(sotu_train) + len(sotu_valid)) < 0.15
-sotu_train, sotu_valid
 
 # %% [markdown]
 # The first words of the first speech:
@@ -235,6 +239,7 @@ for i, d in enumerate(docs):
 datasets.Dataset.from_dict({"text": docs}).to_parquet(str(tmp / "docs.parquet"))
 
 txt_train = load_files(str(tmp / "*.txt"))
+print(f"{len(txt_train)} training documents, held out: {load_files(str(tmp / '*.txt'), 'validation')['text']}")
 test_eq(len(txt_train), 23)                                          # 25 docs, ids 9 and 19 held out
 test_eq(load_files(str(tmp / "*.txt"), "validation")["text"], [docs[9], docs[19]])
 test_eq(load_files(str(tmp / "docs.jsonl"))["text"], txt_train["text"])
@@ -246,6 +251,7 @@ test_eq(load_files(str(tmp / "docs.parquet"), "validation")["text"], [docs[9], d
 # %%
 (tmp / "one").mkdir()
 (tmp / "one" / "all.txt").write_text("\n\n".join(docs))
+print(load_files(str(tmp / "one" / "all.txt"))["text"][:3])
 test_eq(load_files(str(tmp / "one" / "all.txt"))["text"], txt_train["text"])
 test_fail(lambda: load_files(str(tmp / "one" / "all.txt"), txt_doc_per_file=True), contains="needs at least 2")
 
@@ -364,16 +370,23 @@ test_eq(load_corpus(str(tmp / "docs.jsonl"))["text"], txt_train["text"])
 # %% [markdown]
 # ### Bad input, each with its message
 #
-# Every error names what went wrong and what to do about it:
+# Every error names what went wrong and what to do about it. A few of them, for a missing file, a file in the
+# wrong encoding, a misspelt corpus name and an option the loader does not take:
 
 # %%
 (tmp / "bad").mkdir()
+(tmp / "bad" / "latin1.txt").write_bytes("Déjà vu, naïve café".encode("latin-1"))
+for bad in [lambda: load_corpus("missing.txt"), lambda: load_corpus(str(tmp / "bad" / "latin1.txt")),
+            lambda: load_corpus("wikipedia"), lambda: load_corpus(str(tmp / "docs.jsonl"), txt_per_doc=True)]:
+    try: bad()
+    except CorpusError as e: print(e, end="\n\n")
+
+# %%
+#| hide
 (tmp / "bad" / "empty.txt").write_text("")
 (tmp / "bad" / "blank.jsonl").write_text(json.dumps({"text": "  "}) + "\n")
 (tmp / "bad" / "image.txt").write_bytes(bytes(range(256)) * 4)
-(tmp / "bad" / "latin1.txt").write_bytes("Déjà vu, naïve café".encode("latin-1"))
 (tmp / "bad" / "notext.jsonl").write_text(json.dumps({"body": "hello"}) + "\n")
-
 test_fail(lambda: load_corpus("no/such/dir/*.txt"), contains="No file matches")
 test_fail(lambda: load_corpus("missing.txt"), contains="check the path")
 test_fail(lambda: load_corpus(str(tmp / "bad" / "empty.txt")), contains="is empty")
@@ -386,10 +399,6 @@ test_fail(lambda: load_corpus(""), contains="non-empty string")
 test_fail(lambda: load_corpus("sotu", split="test"), contains="use 'train' or 'validation'")
 test_fail(lambda: load_corpus("sotu", txt_doc_per_file=True), contains="load_corpus('sotu') takes no options")
 test_fail(lambda: load_corpus(str(tmp / "docs.jsonl"), txt_per_doc=True), contains="Unknown option(s) txt_per_doc")
-
-# %%
-try: load_corpus(str(tmp / "bad" / "latin1.txt"))
-except CorpusError as e: print(e)
 
 
 # %% [markdown]
@@ -435,7 +444,8 @@ print(format_stats(stats))
 # (one or two thousand words). Jefferson, in 1801, sent a **written** message instead, and for 112 years the
 # address was a report that grew with the government, to 20,000–27,000 words under Theodore Roosevelt and
 # Taft. Wilson read it aloud again in 1913; since radio and then television carried it, the **spoken**
-# address has stayed at a few thousand words. Written messages still appeared now and then, and they are
+# address has stayed at a few thousand words. (The spoken-looking dot at about 28,000 words in 1946 is Truman's
+# message, which he sent in writing; the package's metadata labels it spoken.) Written messages still appeared now and then, and they are
 # the longest of all: Carter's last two (1980, 1981, each about 33,000 words). Each dot is a speech; the
 # validation speeches (orange) sit along the whole timeline, as the split rule intends:
 

@@ -41,8 +41,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 # ## Why subwords
 #
 # Two naive choices bracket the design space. **Words** give short sequences but an open vocabulary: every
-# new name or misspelling is out of vocabulary. **Characters** never miss, but make sequences ~5× longer,
-# and attention cost grows with the square of the length. Subword units sit in between: frequent words are
+# new name or misspelling is out of vocabulary. **Characters** never miss, but make sequences ~6 symbols per
+# word (below) where subwords need about 1.2 — 5× longer — and attention cost grows with the square of the length. Subword units sit in between: frequent words are
 # one piece, rare words split into a few known pieces. Let us see the trade-off on the corpus:
 
 # %%
@@ -67,7 +67,7 @@ test_eq(len(words) > 50_000, True)
 # %%
 #| export
 T5_VOCAB_SIZE = 32_000   # T5's SentencePiece vocabulary (t5-base, t5-v1_1-*): 32,000 + 100 sentinels
-DEMO_VOCAB_SIZE = 8_000  # the CPU demo: 8,000 + 100 sentinels = 8,100 ids, padded to 8,192 in the model
+DEMO_VOCAB_SIZE = 8_000  # the CPU demo: 8,000 + 100 sentinels = 8,100 ids (the model rounds its table up to 8,192)
 NUM_SENTINELS = 100      # <extra_id_0> ... <extra_id_99>
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 
@@ -183,7 +183,9 @@ sorted(p.name for p in (tmp / "unigram").iterdir())
 # Neither knows any linguistics: each keeps the pieces that compress *this* corpus. Sometimes unigram's split
 # happens to fall on a morpheme boundary (`▁reestablish ment` where BPE has `▁reestabl ishment`); sometimes
 # it shatters a word that is rare in two centuries of speeches (`cybersecurity` into seven pieces, where
-# BPE keeps four). (The HF T5 converter only understands unigram models, so we compare the two with plain
+# BPE keeps four). A lone `▁` (as in `▁ unconstitutional ly`) is the word-start marker as a piece of its own:
+# the vocabulary has `unconstitutional` only as a word-internal piece, so the marker is spelt separately.
+# (The HF T5 converter only understands unigram models, so we compare the two with plain
 # `sentencepiece`.)
 
 # %%
@@ -210,7 +212,8 @@ assert 1.0 < per_word["unigram"] < 1.6 and 1.0 < per_word["bpe"] < 1.6
 #
 # `tokenizer(texts)` also computes offsets and attention masks we never use in pre-training. The
 # tokenizers library's `encode_batch_fast` skips them and runs in parallel over documents in Rust;
-# `encode_batch` is what every later notebook uses (`benchmarks/tokenizer.py` measures it).
+# our `encode_batch` below wraps it (falling back to the library's plain `encode_batch` on older versions) and is
+# what every later notebook uses (`benchmarks/tokenizer.py` measures it).
 
 # %%
 #| export
@@ -232,8 +235,12 @@ test_eq(encode_batch(unigram, ["a b"], add_eos=False), [unigram("a b", add_speci
 # %% [markdown]
 # ## What the vocabulary looks like
 #
-# Most pieces are short; a long tail are whole words (with the `▁` word-start marker). Documents are long:
-# the median speech is several thousand tokens, so a 568-token training row is a slice of one speech.
+# Left: a typical piece is 5–8 characters long — most of the vocabulary is whole words (with the `▁` word-start
+# marker), with short pieces for the stems and endings that rare words are built from. Middle: each distinct
+# word of the 20,000 most frequent is counted once, and whitespace "words" keep their punctuation (`Congress,` is
+# `▁Congress` + `,`), so many take 2 tokens; weighted by how often words occur, the average is the 1.2 pieces
+# per word measured above. Right: documents are long — the median speech is several thousand tokens, so a
+# training row (568 tokens, derived in the next section) is a slice of one speech.
 
 # %%
 vocab = [p for p in unigram.convert_ids_to_tokens(range(3, DEMO_VOCAB_SIZE))]
@@ -243,6 +250,7 @@ fig, axs = plt.subplots(1, 3, figsize=(12, 3))
 axs[0].hist([len(p.lstrip("▁")) for p in vocab], bins=range(0, 18)); axs[0].set_title("piece length (chars)")
 axs[1].hist(word_tokens, bins=np.arange(0.5, 8.5)); axs[1].set_title("tokens per word (20k most frequent words)")
 axs[2].hist(doc_tokens, bins=30); axs[2].set_title("tokens per speech")
+for ax, unit in zip(axs, ("pieces", "words", "speeches")): ax.set_ylabel(unit)
 plt.tight_layout(); plt.show()
 print(f"train split: {sum(doc_tokens):,} tokens in {len(doc_tokens)} speeches")
 
@@ -275,8 +283,10 @@ assert 3_500 < rows_per_epoch < 4_500
 # ## The default vocabulary size
 #
 # T5-Base uses 32,000 pieces (+ 100 sentinels, padded to 32,128 rows). For the CPU demo the vocabulary is
-# the biggest single cost of a small model: with `d_model = 256`, the embedding and the untied LM head hold
-# `2 · V · 256` parameters — 16.4M at V = 32,128, more than the whole transformer body of the tiny model —
+# the biggest single cost of a small model: with `d_model = 256` (the width of the project's `tiny` model,
+# built in [03](03_t5_layers.ipynb)), the input embedding and the output layer (T5 v1.1 does not share them:
+# an "untied" LM head) hold `2 · V · 256` parameters — 16.4M at V = 32,128, more than the tiny model's whole
+# transformer body —
 # and the softmax over V is the largest matmul per target token. This corpus is 2M words; at 8,000 pieces
 # it already costs only ~1.2 pieces per word (above), while a 32k vocabulary would leave many pieces seen
 # a handful of times. So the demo uses **8,000 (+100 = 8,100, padded to 8,192)**; `T5_VOCAB_SIZE`
@@ -289,7 +299,8 @@ test_eq(round(2 * 32_128 * 256 / 1e6, 1), 16.4)                     # the embedd
 # %% [markdown]
 # ## The real T5 vocabulary
 #
-# `../shared/data/t5-spiece/` (beside the project, for development and CI) holds Google's original
+# `shared/data/t5-spiece/` beside the project folder (`../../shared` seen from `nbs/`; for development and CI)
+# holds Google's original
 # `spiece.model`. Our loader must give exactly the ids of `transformers`' own T5 tokenizer on awkward text
 # — whitespace runs, unicode, digits, newlines — and the known ids: "Hello world" is `[8774, 296]`,
 # `<extra_id_0>` is 32099 and `<extra_id_99>` is 32000.
@@ -319,7 +330,7 @@ else:
 #
 # Type any text and compare how the vocabularies cut it: our unigram and BPE models (8,000 pieces each,
 # trained on two centuries of speeches) and, when `../shared` holds it, T5's own (32,000 pieces, trained on
-# C4). Modern words that are rare in the speeches fall apart in ours and stay whole in T5's:
+# C4 mixed 10:1:1:1 with German, French and Romanian text). Modern words that are rare in the speeches fall apart in ours and stay whole in T5's:
 
 # %%
 segmenters = {"ours, unigram": sp_models["unigram"], "ours, BPE": sp_models["bpe"]}
@@ -387,11 +398,21 @@ test_fail(lambda: sentinel_ids(load_tokenizer(tmp / "no_sentinels"), 100), conta
 # that are not tokenizer directories:
 
 # %%
-test_fail(lambda: train_tokenizer(["", "  \n "], 100, tmp / "empty"), contains="corpus is empty")
-test_fail(lambda: train_tokenizer(["hello world, hello there"] * 50, 5000, tmp / "small"), contains="try vocab_size=")
 try: train_tokenizer(["hello world, hello there"] * 50, 5000, tmp / "small")
 except TokenizerError as e: print(e); suggested = int(re.search(r"try vocab_size=(\d+)", str(e)).group(1))
+try: load_tokenizer(tmp / "unigram" / "spiece.model")
+except TokenizerError as e: print(e)
+
+# %% [markdown]
+# The suggested size works:
+
+# %%
 test_eq(len(train_tokenizer(["hello world, hello there"] * 50, suggested, tmp / "small")), suggested + NUM_SENTINELS)
+
+# %%
+#| hide
+test_fail(lambda: train_tokenizer(["", "  \n "], 100, tmp / "empty"), contains="corpus is empty")
+test_fail(lambda: train_tokenizer(["hello world, hello there"] * 50, 5000, tmp / "small"), contains="try vocab_size=")
 test_fail(lambda: load_tokenizer(tmp / "unigram" / "spiece.model"), contains="is a file")
 test_fail(lambda: load_tokenizer(tmp), contains="neither tokenizer.json nor spiece.model")
 test_fail(lambda: load_tokenizer("no/such/tokenizer/dir"), contains="No tokenizer directory")

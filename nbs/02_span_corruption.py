@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Span corruption: T5's pre-training objective
-# > `corrupt_example`, the readable T5 recipe (noise mask → sentinels → input/target), packing, and the fast `SpanCorruptionCollator` proved equal to it
+# > `corrupt_example`, the readable T5 recipe (noise mask → sentinels → input/target), packing, and the fast `SpanCorruptionCollator`, checked equal to it
 
 # %% [markdown]
 # T5 learns by repairing text. Take a chunk of tokens, hide ~15% of them in short spans, replace each span by
@@ -415,13 +415,13 @@ packed = pack_dataset(valid_docs, tok, 568)
 streamed = pack_dataset(valid_docs.to_iterable_dataset(), tok, 568)
 test_eq(next(iter(streamed))["input_ids"], packed[0]["input_ids"])   # same rows when streamed
 test_eq(len(packed), sum(map(len, encode_batch(tok, valid_docs["text"]))) // 568)
-len(packed), len(packed[0]["input_ids"])
+print(f"{len(packed)} validation rows of {len(packed[0]['input_ids'])} raw tokens")
 
 # %% [markdown]
 # ## Going faster
 #
 # *Everything above is the objective. What follows is engineering: a reader who came for T5 can skip to
-# the end of this part, where the fast collator is proved equal to `corrupt_example`.*
+# the end of this part, where the fast collator is checked equal to `corrupt_example` on the same masks.*
 #
 # **Is the readable version too slow?** Not for a GPU. Per example, it takes a fraction of a millisecond:
 
@@ -435,7 +435,8 @@ print(f"corrupt_example: {1 / secs:,.0f} examples/s = {568 / secs / 1e6:.1f}M ra
 
 
 # %% [markdown]
-# T5-Base pre-training at 50% MFU on an H200 consumes about 0.7M raw tokens/s; the per-example numpy
+# T5-Base pre-training at 50% MFU (model FLOPs utilisation: the share of the chip's peak arithmetic that goes
+# into the model's own matmuls) on an H200 consumes about 0.7M raw tokens/s; the per-example numpy
 # version of HF's example does ~12k examples/s (≈ 6.8M raw tokens/s, `benchmarks/spans.py`), about 10× that,
 # and even the Python loop above keeps up. nanoT5's data workers are busy **tokenizing** streamed C4, not
 # masking. So why bother? Two cases in this project where masking speed does show:
@@ -519,7 +520,8 @@ def random_cuts(batch: int,  # rows
 # %% [markdown]
 # The obvious draft, for comparison: the `topk` of uniform random numbers over all slots is a uniform random
 # subset too, but it draws a random number for every slot and partially sorts them. Same kind of output;
-# the time of each on a T5-Base batch (128 rows; 27 of 482 gap slots and 27 of 84 span slots):
+# the time of each on a T5-Base batch (128 rows of 568 raw tokens with 28 spans: 85 noise and 483 kept tokens,
+# so 27 cuts among the 482 slots between kept tokens and 27 among the 84 between noise tokens):
 
 # %%
 def topk_cuts(batch, sizes, count, generator=None):
@@ -773,13 +775,29 @@ class SpanCorruptionCollator:
         self.generator.set_state(state["generator"])
 
 
+# %% [markdown]
+# One batch of 8 rows at `inputs_length=128` (141 raw tokens in, 128 encoder tokens and 29 target tokens out),
+# and what the first row looks like decoded — the encoder input with its sentinels, then the target that fills
+# them:
+
 # %%
 collate = SpanCorruptionCollator(tok, inputs_length=128, seed=0)
-test_eq((collate.raw_length, collate.targets_length), (141, 29))
 rows128 = pack_dataset(valid_docs, tok, collate.raw_length)
 batch = collate([rows128[i] for i in range(8)])
+print({k: tuple(v.shape) for k, v in batch.items()})
+print("input: ", tok.decode(batch["input_ids"][0][:40]), "…")
+print("target:", tok.decode(batch["labels"][0][:20]), "…")
 test_eq({k: tuple(v.shape) for k, v in batch.items()},
         {"input_ids": (8, 128), "labels": (8, 29), "decoder_input_ids": (8, 29)})
+
+# %% [markdown]
+# The checks behind "fast = readable": the collator's output equals `corrupt_spans` and `corrupt_example` on the
+# same masks, `decoder_input_ids` is the target shifted right behind the start token 0, every row round-trips
+# with `uncorrupt`, and the generator state makes it resumable.
+
+# %%
+#| hide
+test_eq((collate.raw_length, collate.targets_length), (141, 29))
 test_eq(batch["decoder_input_ids"][:, 0].tolist(), [0] * 8)
 test_eq(batch["decoder_input_ids"][:, 1:], batch["labels"][:, :-1])
 test_eq(collate(torch.zeros(0, 141, dtype=torch.long))["labels"].shape, (0, 29))   # an empty batch stays empty
@@ -793,7 +811,6 @@ for r in range(4):                         # … = the readable corrupt_example 
             (b1["input_ids"][r].tolist(), b1["labels"][r].tolist()))
 collate.load_state_dict(state); b2 = collate(torch.tensor(rows128[:4]["input_ids"]))
 test_eq({k: v.tolist() for k, v in b2.items()}, {k: v.tolist() for k, v in b1.items()})  # resumable
-print(tok.decode(batch["input_ids"][0][:40])); print(tok.decode(batch["labels"][0][:20]))
 
 # %% [markdown]
 # A plain `DataLoader` does the rest:

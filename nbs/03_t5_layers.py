@@ -7,8 +7,8 @@
 # its twin in `transformers.models.t5.modeling_t5` **on the same weights and inputs**. The module and
 # parameter names mirror Hugging Face's (`encoder.block.0.layer.0.SelfAttention.q`, …), so a checkpoint
 # moves between the two by copying the state dict. What is different is inside: attention goes through
-# `torch.nn.functional.scaled_dot_product_attention`, the position bias and the masks are built once per
-# stack, and the LM head gets a sane init (nanoT5#25). The model needs only torch; `transformers` is the
+# `torch.nn.functional.scaled_dot_product_attention` (SDPA: PyTorch's fused attention kernel), the position bias and the masks are built once per
+# stack, and the LM head gets a sane init ([nanoT5 issue #25](https://github.com/PiotrNawrot/nanoT5/issues/25)). The model needs only torch; `transformers` is the
 # reference and the export format.
 
 # %%
@@ -74,14 +74,14 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # nanoT5 (and this notebook) build **T5 v1.1**, not the T5 of the paper (v1.0). The differences, each of which
 # shows up in the code below:
 #
-# | | T5 v1.0 (paper, `t5-base`) | T5 v1.1 (`google/t5-v1_1-base`, nanoT5) |
+# | | T5 v1.0 (the paper's model, released as `t5-base`) | T5 v1.1 (`google/t5-v1_1-base`, nanoT5) |
 # |---|---|---|
 # | feed-forward | `wo(relu(wi x))` | gated-GELU `wo(gelu(wi_0 x) ⊙ wi_1 x)` |
 # | dropout in pre-training | 0.1 | 0 (nanoT5; HF's config default is still 0.1) |
 # | LM head | tied to the input embedding, logits × `d_model^-½` | untied: its own `lm_head` matrix |
 # | biases | none in dense layers | none (unchanged) |
 # | layer norm | RMSNorm (scale only, no mean, no bias) | RMSNorm (unchanged) |
-# | pre-training data | C4, mixed with supervised tasks | C4 only |
+# | pre-training data | C4 (the released `t5-base` checkpoint: C4 mixed with supervised tasks) | C4 only |
 # | shapes | Base: `d_model` 768, `d_ff` 3072 | larger `d_model`, fewer heads, smaller `d_ff` in the big sizes; Base keeps 768, `d_ff` 2048 |
 #
 # The two rows marked unchanged are listed because both are often thought to be v1.1 changes.
@@ -260,14 +260,15 @@ rel = torch.arange(-300, 300)[None, :]
 for bidirectional in (True, False):
     test_eq(relative_position_bucket(rel, bidirectional),
             hf_t5.T5Attention._relative_position_bucket(rel, bidirectional, 32, 128))
-# the boundaries of the reference table (nanoT5.md §11): encoder |n| 8-11 -> 8 ... >= 91 -> 15
+# the bucket boundaries of T5's table: encoder |n| 8-11 -> 8 ... >= 91 -> 15
 test_eq(relative_position_bucket(-torch.tensor([7, 8, 11, 12, 90, 91, 500])).tolist(), [7, 8, 8, 9, 14, 15, 15])
 test_eq(relative_position_bucket(-torch.tensor([15, 16, 112, 113]), bidirectional=False).tolist(), [15, 16, 30, 31])
 
 # %% [markdown]
 # The bucket of every offset from −200 to 200. In the encoder, offsets closer than 8 get their own bucket
 # (exact), 8 to 127 share 8 log-spaced buckets, and everything from `max_distance` = 128 on is clipped into
-# the last one (which the rounding already reaches at 91); keys after the query use a second set of 16. The
+# the last one (which the log formula, truncated to an integer, already reaches at 91); keys after the query use
+# a second set of 16 (buckets 16–31; offset 0 is bucket 0, so bucket 16 itself is never used). The
 # decoder only looks back, so it spends all 32 buckets on the past: 16 exact, 16 log-spaced. Its keys
 # after the query are masked out by the causal mask (the function maps them to bucket 0, never used).
 
@@ -611,8 +612,9 @@ fig.colorbar(im, ax=axs, shrink=0.8, label="additive bias (black: masked)"); plt
 # %% [markdown]
 # ## Initialization, and the LM-head fix
 #
-# T5 folds the attention scaling into the init: `q` gets std `(d_model·d_kv)^-½`, `k`, `v`, `o`,
-# `wi_*` std `d_model^-½`, `wo` std `d_ff^-½`, norms 1, embeddings 1. HF (and so nanoT5) also give the
+# T5 folds the attention scaling into the init: `q` gets std `(d_model·d_kv)^-½`, `k`, `v` and
+# `wi_*` std `d_model^-½`, `o` std `(num_heads·d_kv)^-½` (its input width; equal to `d_model` in Base), `wo` std
+# `d_ff^-½`, norms 1, embeddings 1 (HF's choice). HF (and so nanoT5) also give the
 # **untied LM head std 1**, so the initial logits have std ≈ √d_model and the first loss is ~10× ln V
 # (nanoT5#25). Mesh TF used `d_model^-½`. We default to that (`lm_head_init_fix=True`) and keep HF's as an
 # option to reproduce nanoT5.
@@ -937,7 +939,11 @@ sorted(p.name for p in (tmp / "ckpt").iterdir())
 # appends its key/value to a cache, cross-attention keys/values are computed from the encoder output at
 # the first step and reused, and the position bias is computed for the one query at its offset. The tokens
 # must be identical to HF's `generate(do_sample=False)` (HF's own cache crashes when the decoder is deeper
-# than the encoder, so there we compare with `use_cache=False`):
+# than the encoder, so there we compare with `use_cache=False`). The models are untrained, so the ids are
+# arbitrary: what matters is that ours and HF's agree token for token. Each printed tensor is one test config's
+# batch of 4 (start token 0, then 12 generated ids). The all-zero one is the config with a tied head: at init the
+# decoder's output still carries, through the residual stream, the embedding of its input token, and a head that
+# *is* the embedding matrix scores that same token highest — the start token 0, again and again.
 
 # %%
 for cfg in test_configs:
