@@ -3,6 +3,14 @@
 # > `load_corpus`: the embedded State of the Union corpus, your own files, or C4, as a `datasets.Dataset` with a `text` column
 
 # %% [markdown]
+# On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
+
+# %%
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/nanot5-edu/nanot5_edu"], check=True)
+
+# %% [markdown]
 # Pre-training a language model starts with a pile of text. nanoT5 streams C4 (≈ 365M English web pages)
 # from the Hugging Face hub; that needs internet and a GPU to be worth it. To learn — and to run
 # every notebook on a laptop or in CI — we also need a corpus that is **already on disk**: the

@@ -3,6 +3,14 @@
 # > `train_tokenizer` and `load_tokenizer`: a T5-style SentencePiece vocabulary with 100 sentinels, loaded as a `transformers` fast tokenizer
 
 # %% [markdown]
+# On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
+
+# %%
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/nanot5-edu/nanot5_edu"], check=True)
+
+# %% [markdown]
 # A model reads integers, not text. This notebook turns the corpus from [00_data](00_data.ipynb) into a
 # **subword vocabulary** the way T5 did: a SentencePiece *unigram* model with T5's special ids (pad = 0,
 # eos = 1, unk = 2, no bos), plus 100 sentinel tokens `<extra_id_0>` … `<extra_id_99>` stacked on top for

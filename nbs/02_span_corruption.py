@@ -3,6 +3,14 @@
 # > `corrupt_example`, the readable T5 recipe (noise mask → sentinels → input/target), packing, and the fast `SpanCorruptionCollator`, checked equal to it
 
 # %% [markdown]
+# On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
+
+# %%
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/nanot5-edu/nanot5_edu"], check=True)
+
+# %% [markdown]
 # T5 learns by repairing text. Take a chunk of tokens, hide ~15% of them in short spans, replace each span by
 # one sentinel token, and train the model to output the hidden spans, each introduced by its sentinel.
 # Cheap to make (no labels), and the targets are short (≈ 22% of the input), which makes the decoder cheap.

@@ -3,6 +3,14 @@
 # > RMSNorm, relative position buckets, bias-added SDPA attention, gated-GELU, encoder/decoder stacks, T5 init, KV-cache generation — each checked against `transformers`' T5
 
 # %% [markdown]
+# On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
+
+# %%
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/nanot5-edu/nanot5_edu"], check=True)
+
+# %% [markdown]
 # This notebook builds T5 v1.1 from `torch.nn` pieces, one layer at a time, and checks each piece against
 # its twin in `transformers.models.t5.modeling_t5` **on the same weights and inputs**. The module and
 # parameter names mirror Hugging Face's (`encoder.block.0.layer.0.SelfAttention.q`, …), so a checkpoint

@@ -3,6 +3,14 @@
 # > The Tk-Instruct prompt, a loader for the natural-instructions layout (a miniature ships with the package), fine-tuning with the same loop, and scores that always stand next to their baselines
 
 # %% [markdown]
+# On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
+
+# %%
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/nanot5-edu/nanot5_edu"], check=True)
+
+# %% [markdown]
 # nanoT5 judges pre-training by what it buys downstream: fine-tune on the Super-NaturalInstructions (SNI)
 # training tasks and score Rouge-L on 119 unseen test tasks. This notebook builds that pipeline on the
 # `allenai/natural-instructions` layout (`tasks/*.json`, `splits/default/{train,test}_tasks.txt`), reusing
