@@ -246,13 +246,17 @@ class BatchStream:
         self.rows, self.collator, self.micro_batch = rows, collator, micro_batch
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.epoch, self.position = 0, 0  # position: global rows consumed in this epoch (in-memory) / overall
-        self._iter = None
+        self._iter, self._perm, self._perm_epoch = None, None, None
         if isinstance(rows, (torch.Tensor, list)) and len(rows) < micro_batch * world_size:
             raise CorpusError(f"The corpus packs into {len(rows)} rows, fewer than one global micro-batch "
                               f"({micro_batch * world_size}): use more text or a smaller optim.batch_size.")
 
     def _permutation(self) -> torch.Tensor:
-        return torch.randperm(len(self.rows), generator=torch.Generator().manual_seed(self.seed + self.epoch))
+        "This epoch's order of the rows, drawn once per epoch"
+        if self._perm_epoch != self.epoch:
+            self._perm = torch.randperm(len(self.rows), generator=torch.Generator().manual_seed(self.seed + self.epoch))
+            self._perm_epoch = self.epoch
+        return self._perm
 
     def _next_rows(self) -> torch.Tensor:
         if isinstance(self.rows, (torch.Tensor, list)):  # in memory: a seeded permutation per epoch
@@ -321,27 +325,33 @@ def derangement(n: int) -> torch.Tensor:
 
 # %% ../nbs/05_training.ipynb #0f29a8fe
 @torch.no_grad()
-def evaluate(model, batches, autocast) -> dict[str, float]:
+def evaluate(model, batches, autocast, reduce=None) -> dict[str, float]:
     """Held-out token loss and accuracy, the loss with each row fed another row's encoder input, and their
-    difference `encoder_gain` (nats; label positions of -100 are ignored; 1-row batches get no shuffled score)"""
+    difference `encoder_gain` (nats; label positions of -100 are ignored; 1-row batches get no shuffled score).
+    Batches move to the model's device one at a time; `reduce` sums the totals over processes (each scores its share)"""
     was_training = model.training
     model.eval()
-    loss_sum, correct, count, own_sum, shuffled_sum, shuffled_count = 0.0, 0, 0, 0.0, 0.0, 0
+    device = next(model.parameters()).device
+    # loss, correct, count, loss of paired rows, shuffled loss, paired count: summed on the device, read once
+    sums = torch.zeros(6, dtype=torch.float64, device=device)
     for b in batches:
+        b = {k: v.to(device) for k, v in b.items()}
         mask, keep = b.get("attention_mask"), b["labels"] != -100
-        n = int(keep.sum())
+        n = keep.sum()
         with autocast():
             out = model(b["input_ids"], attention_mask=mask, labels=b["labels"])
-        loss = out.loss.float().item() * n
-        loss_sum, count = loss_sum + loss, count + n
-        correct += (out.logits.argmax(-1) == b["labels"])[keep].sum().item()
+        loss = out.loss.double() * n
+        correct = (out.logits.argmax(-1) == b["labels"])[keep].sum()
+        shuffled, paired = torch.zeros_like(loss), 0
         if len(b["input_ids"]) > 1:  # the same labels, decoded from another row's encoder input
-            other = derangement(len(b["input_ids"])).to(b["input_ids"].device)
+            other = derangement(len(b["input_ids"])).to(device)
             with autocast():
                 shuffled = model(b["input_ids"][other], attention_mask=None if mask is None else mask[other],
-                                 labels=b["labels"]).loss
-            own_sum, shuffled_sum, shuffled_count = own_sum + loss, shuffled_sum + shuffled.float().item() * n, shuffled_count + n
+                                 labels=b["labels"]).loss.double() * n
+            paired = 1
+        sums += torch.stack([loss, correct.double(), n.double(), loss * paired, shuffled, n.double() * paired])
     model.train(was_training)
+    loss_sum, correct, count, own_sum, shuffled_sum, shuffled_count = (reduce(sums) if reduce else sums).tolist()
     paired = shuffled_count > 0
     return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count,
             "eval_loss_shuffled_encoder": shuffled_sum / shuffled_count if paired else None,
@@ -496,12 +506,26 @@ def make_accelerator(cfg: Config):
     AcceleratorState._reset_state()  # a second run in one process (a notebook) may change the precision
     accelerator = Accelerator(cpu=not torch.cuda.is_available(),
                               mixed_precision="bf16" if cfg.train.precision == "bf16" else "no",
+                              gradient_accumulation_steps=cfg.optim.grad_acc,
                               log_with=cfg.logging.tracker, project_dir=cfg.logging.run_dir)
     validate_config(cfg, accelerator.num_processes)
     if torch.cuda.is_available():
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     set_seed(cfg.train.seed)
     return accelerator
+
+
+def _stop_on_nan(window_loss: list[torch.Tensor], checked: int, step: int, grad_acc: int, run_dir: Path):
+    "Raise TrainingError at the first non-finite micro-batch loss since `checked` (one device sync for them all)"
+    losses = torch.stack(window_loss[checked:])
+    bad = ~torch.isfinite(losses)
+    if bad.any():
+        first = int(bad.nonzero()[0])
+        bad_step = step - len(window_loss) // grad_acc + 1 + (checked + first) // grad_acc  # the window's first step + …
+        last = latest_checkpoint(run_dir)
+        raise TrainingError(f"Loss is {losses[first].item()} at step {bad_step}: training stopped. The last good "
+                            f"checkpoint is {last or 'none (no checkpoint yet)'}. Lower optim.lr, keep "
+                            "optim.grad_clip on, or use train.precision=fp32 to find the cause.")
 
 
 def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: list[dict]) -> tuple[T5, int]:
@@ -524,23 +548,24 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
             metrics_path.unlink(missing_ok=True)
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
     model, optimizer = accelerator.prepare(model, optimizer)
-    unwrapped = accelerator.unwrap_model(model)
+    prepared, unwrapped = model, accelerator.unwrap_model(model)  # `accumulate` needs the DDP wrapper itself
     if cfg.train.compile:
         model = torch.compile(model)
     device, peak = accelerator.device, peak_flops(accelerator.device, cfg.train.peak_tflops)
-    valid_batches = [{k: v.to(device) for k, v in b.items()} for b in valid_batches]
+    rank, world = accelerator.process_index, accelerator.num_processes
     if cfg.logging.tracker:
         accelerator.init_trackers("nanot5_edu", config=OmegaConf.to_container(OmegaConf.structured(cfg)))
     bar = tqdm(total=cfg.train.total_steps, initial=step, disable=not (main and cfg.logging.progress_bar),
                desc="training", dynamic_ncols=True)
     def run_eval(step):
-        ev = evaluate(model, valid_batches, accelerator.autocast)
+        ev = evaluate(model, valid_batches[rank::world], accelerator.autocast,  # each process scores its share
+                      reduce=lambda sums: accelerator.reduce(sums, "sum"))
         if main:
             gain = f" | encoder gain {ev['encoder_gain']:.3f}" if ev["encoder_gain"] is not None else ""
             bar.write(f"step {step:6d} | eval loss {ev['eval_loss']:.4f} | eval accuracy {ev['eval_accuracy']:.3f}{gain}")
             with open(metrics_path, "a") as f:
                 f.write(json.dumps({"step": step, **ev}) + "\n")
-            b = valid_batches[0]
+            b = {k: v.to(device) for k, v in valid_batches[0].items()}
             for i in range(min(cfg.eval.samples, len(b["input_ids"])) if step else 0):
                 mask = None if "attention_mask" not in b else b["attention_mask"][i:i + 1]
                 pred = unwrapped.generate(b["input_ids"][i:i + 1], b["labels"].shape[1], attention_mask=mask)
@@ -551,30 +576,30 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
     if step == 0:
         run_eval(0)  # the starting point of the held-out curve
     window_loss, window_tokens, window_flops, window_start, first_batch_sha = [], 0, 0.0, time.time(), None
+    checked = 0  # micro-batch losses of the window already checked for NaN
     model.train()
     while step < cfg.train.total_steps:
         for _ in range(cfg.optim.grad_acc):
             batch = {k: v.to(device) for k, v in next(stream).items()}
             first_batch_sha = first_batch_sha or hashlib.sha256(batch["input_ids"].cpu().numpy().tobytes()).hexdigest()
-            with accelerator.autocast():
-                loss = model(batch["input_ids"], attention_mask=batch.get("attention_mask"),
-                             decoder_input_ids=batch.get("decoder_input_ids"), labels=batch["labels"]).loss
-            accelerator.backward(loss / cfg.optim.grad_acc)
-            window_loss.append(loss.detach().float())
+            with accelerator.accumulate(prepared):  # gradients are all-reduced on the last micro-batch only
+                with accelerator.autocast():
+                    loss = model(batch["input_ids"], attention_mask=batch.get("attention_mask"),
+                                 decoder_input_ids=batch.get("decoder_input_ids"), labels=batch["labels"]).loss
+                accelerator.backward(loss)  # divides by grad_acc
+            window_loss.append(loss.detach().float())  # stays on the device: no sync per step
             window_tokens += batch["input_ids"].numel() + batch["labels"].numel()
             window_flops += flops_per_step(cfg.model, *batch["input_ids"].shape, batch["labels"].shape[1])
-        loss_value = window_loss[-1].item()
-        if not math.isfinite(loss_value):
-            last = latest_checkpoint(run_dir)
-            raise TrainingError(f"Loss is {loss_value} at step {step + 1}: training stopped. The last good "
-                                f"checkpoint is {last or 'none (no checkpoint yet)'}. Lower optim.lr, keep "
-                                "optim.grad_clip on, or use train.precision=fp32 to find the cause.")
         clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
         grad_norm = accelerator.clip_grad_norm_(model.parameters(), clip)
         optimizer.step(); scheduler.step(); optimizer.zero_grad(set_to_none=True)
         step += 1
         bar.update(1)
-        if step % cfg.logging.every_steps == 0 or step == cfg.train.total_steps:
+        log_now = step % cfg.logging.every_steps == 0 or step == cfg.train.total_steps
+        if log_now or step % cfg.eval.every_steps == 0 or step % cfg.checkpoint.every_steps == 0:
+            _stop_on_nan(window_loss, checked, step, cfg.optim.grad_acc, run_dir)  # before any evaluation or checkpoint
+            checked = len(window_loss)
+        if log_now:
             dt = time.time() - window_start
             steps_in_window = len(window_loss) / cfg.optim.grad_acc
             mean_loss = accelerator.reduce(torch.stack(window_loss).mean().to(device), "mean").item()  # all processes
@@ -587,7 +612,7 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
                 with open(metrics_path, "a") as f:
                     f.write(json.dumps(m) + "\n")
             accelerator.log({k: v for k, v in m.items() if v is not None}, step=step)
-            window_loss, window_tokens, window_flops, window_start = [], 0, 0.0, time.time()
+            window_loss, window_tokens, window_flops, window_start, checked = [], 0, 0.0, time.time(), 0
         paused = time.time()  # evaluation and checkpoints do not count in the window's ms/step
         if step % cfg.eval.every_steps == 0 or step == cfg.train.total_steps:
             run_eval(step)
