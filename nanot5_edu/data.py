@@ -8,6 +8,8 @@ from __future__ import annotations
 import codecs
 import csv
 import glob as globlib
+import gzip
+import json
 import os
 import statistics
 from importlib import resources
@@ -16,9 +18,9 @@ from pathlib import Path
 import datasets
 
 # %% auto #0
-__all__ = ['SOTU_VALIDATION_YEAR_DIGIT', 'TEXT_SUFFIXES', 'VALIDATION_EVERY', 'C4_TEXT_COLUMNS', 'OFFLINE_VARS', 'NAMED_CORPORA',
-           'FILE_OPTIONS', 'CorpusError', 'load_sotu', 'load_files', 'load_c4', 'load_corpus', 'corpus_stats',
-           'format_stats']
+__all__ = ['SOTU_VALIDATION_YEAR_DIGIT', 'TEXT_SUFFIXES', 'VALIDATION_EVERY', 'C4_TEXT_COLUMNS', 'C4_FEATURES', 'OFFLINE_VARS',
+           'NAMED_CORPORA', 'FILE_OPTIONS', 'CorpusError', 'load_sotu', 'load_files', 'load_c4', 'write_c4_shards',
+           'is_c4_folder', 'load_corpus', 'corpus_stats', 'format_stats']
 
 # %% ../nbs/00_data.ipynb #de34edba
 class CorpusError(ValueError):
@@ -140,6 +142,7 @@ def load_files(spec: str, split: str = "train", txt_doc_per_file: bool | None = 
 
 # %% ../nbs/00_data.ipynb #0bc7d195
 C4_TEXT_COLUMNS = ["text"]
+C4_FEATURES = datasets.Features({k: datasets.Value("string") for k in ("text", "timestamp", "url")})
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")  # the Hugging Face switches that forbid network access
 
 
@@ -155,9 +158,19 @@ _C4_ADVICE = ("or pre-train on local files instead: `load_corpus('path/to/*.json
               "(or 'sotu' for the embedded corpus).")
 
 
-def load_c4(split: str = "train") -> datasets.IterableDataset:
-    "nanoT5's corpus: `allenai/c4` config `en`, streamed (needs internet)"
+def load_c4(split: str = "train",
+            data_dir: str | Path | None = None,  # a local folder of `c4-{split}.*.json.gz` shards; None: the hub
+            ) -> datasets.IterableDataset:
+    "nanoT5's corpus streamed: `allenai/c4` config `en` from the hub (needs internet), or a local folder of its shards"
     _check_split(split)
+    if data_dir is not None:
+        files = sorted(Path(data_dir).expanduser().glob(f"c4-{split}.*.json.gz"))
+        if not files:
+            raise CorpusError(f"{data_dir} has no c4-{split}.*.json.gz shards: copy some from allenai/c4's en/ "
+                              "folder, or write a stand-in with write_c4_shards.")
+        ds = datasets.load_dataset("json", data_files=[str(f) for f in files], split="train", streaming=True,
+                                   features=C4_FEATURES)
+        return ds.select_columns(C4_TEXT_COLUMNS)
     setting = _offline_setting()
     if setting:
         raise CorpusError(f"C4 is streamed from the Hugging Face hub, but {setting} is set. Unset it on a "
@@ -169,16 +182,37 @@ def load_c4(split: str = "train") -> datasets.IterableDataset:
                           f"({e.__class__.__name__}). Check the connection, " + _C4_ADVICE) from e
     return ds.select_columns(C4_TEXT_COLUMNS)
 
+
+def write_c4_shards(texts, folder: str | Path, split: str = "train", num_shards: int = 8) -> list[Path]:
+    "Write texts as C4-format shards `c4-{split}.NNNNN-of-MMMMM.json.gz` (text i goes to shard i % num_shards)"
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = [folder / f"c4-{split}.{i:05d}-of-{num_shards:05d}.json.gz" for i in range(num_shards)]
+    outs = [gzip.open(f, "wt", encoding="utf-8", compresslevel=1) for f in files]
+    try:
+        for i, text in enumerate(texts):
+            outs[i % num_shards].write(json.dumps({"text": text, "timestamp": "2019-04-25T12:00:00Z",
+                                                   "url": f"https://example.org/{split}/{i}"}) + "\n")
+    finally:
+        for out in outs:
+            out.close()
+    return files
+
+
+def is_c4_folder(spec: str | Path) -> bool:
+    "Is `spec` a folder of C4-format training shards (`c4-train.*.json.gz`)?"
+    return Path(spec).expanduser().is_dir() and any(Path(spec).expanduser().glob("c4-train.*.json.gz"))
+
 # %% ../nbs/00_data.ipynb #a10f7e69
 NAMED_CORPORA = {"sotu": load_sotu, "c4": load_c4}
 FILE_OPTIONS = ("txt_doc_per_file",)  # keyword options of `load_files`, the only ones `load_corpus` passes on
 
 
-def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', or a path/folder/glob of .txt/.json/.jsonl/.parquet
+def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', a folder of C4 shards, or a path/glob of .txt/.json(l)/.parquet
                 split: str = "train",  # 'train' or 'validation'
                 **kwargs,  # options for local files (`txt_doc_per_file`); named corpora take none
                 ) -> datasets.Dataset | datasets.IterableDataset:
-    "Load a corpus as a Dataset (IterableDataset for C4) with a `text` column"
+    "Load a corpus as a Dataset (IterableDataset for C4 and a folder of C4 shards) with a `text` column"
     _check_split(split)
     if not isinstance(spec, (str, os.PathLike)) or not str(spec).strip():
         raise CorpusError(f"Corpus spec must be a non-empty string, got {spec!r}: use 'sotu', 'c4' or a path.")
@@ -188,6 +222,8 @@ def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', or a path/folder/glob of .t
             raise CorpusError(f"load_corpus({spec!r}) takes no options, got {', '.join(sorted(kwargs))}: options "
                               f"({', '.join(FILE_OPTIONS)}) apply to local files only.")
         return NAMED_CORPORA[spec](split)
+    if is_c4_folder(spec) and not kwargs:
+        return load_c4(split, spec)
     looks_like_path = any(c in spec for c in "/\\*?[") or Path(spec).suffix or Path(spec).exists()
     if not looks_like_path:
         raise CorpusError(f"Unknown corpus spec {spec!r}: use one of {sorted(NAMED_CORPORA)} "

@@ -24,6 +24,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # | `"sotu"` | the embedded default corpus, split by year |
 # | a path or glob | your `.txt`, `.jsonl`/`.json` (a `text` field) or `.parquet` files |
 # | `"c4"` | `allenai/c4`, config `en`, streamed (nanoT5's source; needs internet) |
+# | a folder of C4 shards | the same, streamed from `c4-train.*.json.gz` files on disk |
 
 # %%
 #| default_exp data
@@ -35,6 +36,8 @@ from __future__ import annotations
 import codecs
 import csv
 import glob as globlib
+import gzip
+import json
 import os
 import statistics
 from importlib import resources
@@ -284,10 +287,15 @@ test_fail(lambda: load_files(str(tmp / "one" / "all.txt"), txt_doc_per_file=True
 #   round trip on every call and still not prove that the download works, so we don't. If `datasets` cannot
 #   reach the hub (it retries for about half a minute first), its connection error is re-raised as a
 #   `CorpusError` with the same advice.
+#
+# C4 on the hub is a folder of gzipped JSON-lines shards (`en/c4-train.00000-of-01024.json.gz`, …), one
+# `{"text", "timestamp", "url"}` object per line. A local folder of such shards (a few downloaded ones, or a
+# stand-in written by `write_c4_shards`) is streamed by the same `json` builder, offline.
 
 # %%
 #| export
 C4_TEXT_COLUMNS = ["text"]
+C4_FEATURES = datasets.Features({k: datasets.Value("string") for k in ("text", "timestamp", "url")})
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")  # the Hugging Face switches that forbid network access
 
 
@@ -303,9 +311,19 @@ _C4_ADVICE = ("or pre-train on local files instead: `load_corpus('path/to/*.json
               "(or 'sotu' for the embedded corpus).")
 
 
-def load_c4(split: str = "train") -> datasets.IterableDataset:
-    "nanoT5's corpus: `allenai/c4` config `en`, streamed (needs internet)"
+def load_c4(split: str = "train",
+            data_dir: str | Path | None = None,  # a local folder of `c4-{split}.*.json.gz` shards; None: the hub
+            ) -> datasets.IterableDataset:
+    "nanoT5's corpus streamed: `allenai/c4` config `en` from the hub (needs internet), or a local folder of its shards"
     _check_split(split)
+    if data_dir is not None:
+        files = sorted(Path(data_dir).expanduser().glob(f"c4-{split}.*.json.gz"))
+        if not files:
+            raise CorpusError(f"{data_dir} has no c4-{split}.*.json.gz shards: copy some from allenai/c4's en/ "
+                              "folder, or write a stand-in with write_c4_shards.")
+        ds = datasets.load_dataset("json", data_files=[str(f) for f in files], split="train", streaming=True,
+                                   features=C4_FEATURES)
+        return ds.select_columns(C4_TEXT_COLUMNS)
     setting = _offline_setting()
     if setting:
         raise CorpusError(f"C4 is streamed from the Hugging Face hub, but {setting} is set. Unset it on a "
@@ -317,6 +335,38 @@ def load_c4(split: str = "train") -> datasets.IterableDataset:
                           f"({e.__class__.__name__}). Check the connection, " + _C4_ADVICE) from e
     return ds.select_columns(C4_TEXT_COLUMNS)
 
+
+def write_c4_shards(texts, folder: str | Path, split: str = "train", num_shards: int = 8) -> list[Path]:
+    "Write texts as C4-format shards `c4-{split}.NNNNN-of-MMMMM.json.gz` (text i goes to shard i % num_shards)"
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = [folder / f"c4-{split}.{i:05d}-of-{num_shards:05d}.json.gz" for i in range(num_shards)]
+    outs = [gzip.open(f, "wt", encoding="utf-8", compresslevel=1) for f in files]
+    try:
+        for i, text in enumerate(texts):
+            outs[i % num_shards].write(json.dumps({"text": text, "timestamp": "2019-04-25T12:00:00Z",
+                                                   "url": f"https://example.org/{split}/{i}"}) + "\n")
+    finally:
+        for out in outs:
+            out.close()
+    return files
+
+
+def is_c4_folder(spec: str | Path) -> bool:
+    "Is `spec` a folder of C4-format training shards (`c4-train.*.json.gz`)?"
+    return Path(spec).expanduser().is_dir() and any(Path(spec).expanduser().glob("c4-train.*.json.gz"))
+
+
+# %% [markdown]
+# A stand-in written from the embedded corpus streams like C4 (`load_c4` without a folder reads the hub):
+
+# %%
+c4_dir = tmp / "c4"
+write_c4_shards(sotu_train["text"], c4_dir, num_shards=4); write_c4_shards(sotu_valid["text"], c4_dir, "validation", 2)
+c4_local = load_c4("train", c4_dir)
+test_eq((type(c4_local).__name__, c4_local.num_shards, is_c4_folder(c4_dir)), ("IterableDataset", 4, True))
+test_eq(next(iter(c4_local))["text"], sotu_train[0]["text"])
+test_fail(lambda: load_c4("train", tmp), contains="has no c4-train.*.json.gz shards")
 
 # %% [markdown]
 # With an offline switch set, `load_c4` fails at once with a message that names the switch (the tests in
@@ -346,11 +396,11 @@ NAMED_CORPORA = {"sotu": load_sotu, "c4": load_c4}
 FILE_OPTIONS = ("txt_doc_per_file",)  # keyword options of `load_files`, the only ones `load_corpus` passes on
 
 
-def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', or a path/folder/glob of .txt/.json/.jsonl/.parquet
+def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', a folder of C4 shards, or a path/glob of .txt/.json(l)/.parquet
                 split: str = "train",  # 'train' or 'validation'
                 **kwargs,  # options for local files (`txt_doc_per_file`); named corpora take none
                 ) -> datasets.Dataset | datasets.IterableDataset:
-    "Load a corpus as a Dataset (IterableDataset for C4) with a `text` column"
+    "Load a corpus as a Dataset (IterableDataset for C4 and a folder of C4 shards) with a `text` column"
     _check_split(split)
     if not isinstance(spec, (str, os.PathLike)) or not str(spec).strip():
         raise CorpusError(f"Corpus spec must be a non-empty string, got {spec!r}: use 'sotu', 'c4' or a path.")
@@ -360,6 +410,8 @@ def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', or a path/folder/glob of .t
             raise CorpusError(f"load_corpus({spec!r}) takes no options, got {', '.join(sorted(kwargs))}: options "
                               f"({', '.join(FILE_OPTIONS)}) apply to local files only.")
         return NAMED_CORPORA[spec](split)
+    if is_c4_folder(spec) and not kwargs:
+        return load_c4(split, spec)
     looks_like_path = any(c in spec for c in "/\\*?[") or Path(spec).suffix or Path(spec).exists()
     if not looks_like_path:
         raise CorpusError(f"Unknown corpus spec {spec!r}: use one of {sorted(NAMED_CORPORA)} "
@@ -374,6 +426,7 @@ def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', or a path/folder/glob of .t
 # %%
 test_eq(load_corpus("sotu", "validation")["text"], sotu_valid["text"])
 test_eq(load_corpus(str(tmp / "docs.jsonl"))["text"], txt_train["text"])
+test_eq(next(iter(load_corpus(str(c4_dir), "validation")))["text"], sotu_valid[0]["text"])   # streamed C4 shards
 
 # %% [markdown]
 # ### Bad input, each with its message
