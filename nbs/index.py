@@ -79,10 +79,11 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # | optimizers (04), same model, 300 steps, 3 seeds: Adafactor inverse-sqrt / cosine | 4.802 ± 0.005 / 4.829 ± 0.006 | ≤ 0.003 | no run uses its encoder yet at 300 steps: this ranks the target-model phase |
 # | AdamWScale inverse-sqrt / cosine | 4.857 ± 0.016 / 4.867 ± 0.020 | ≤ 0.001 | Adafactor ahead by more than the seed spread; schedules within spread for AdamWScale |
 # | plain AdamW (cosine) at 4e-2 / at its best of 1e-3, 3e-3, 1e-2 (1e-3) | 5.608 ± 0.049 / 5.005 ± 0.003 | 0.000 | no divergence at nanoT5's 2e-2 even without clipping (5.348) or with the std-1 head (5.656) |
-# | SNI-mini fine-tuning, 300 steps: pre-trained (cpu-demo) / random init | Rouge-L 0.0 / 0.0; test loss 5.50 / 6.50 | | one seed; to be redone (issue 13) |
+# | SNI-mini fine-tuning (06): cpu-demo checkpoint vs random init, 200 steps, 3 seeds, 10 / 30 / 100 instances per task | lowest held-out loss 5.41 vs 6.18 / 4.60 vs 5.04 / 3.89 vs 4.01 | | pre-training's loss gain is beyond the seed spread at 10 and 30 per task, within it at 100; 18 runs in 13.1 min |
+# | the same runs' generations: E2E NLG Rouge-L at 10 / 30 / 100 per task, pre-trained vs random init | 24.8 ± 3.8 vs 23.7 ± 2.1 / 22.2 ± 5.7 vs 22.9 ± 2.1 / 10.2 ± 4.4 vs 22.8 ± 6.2 | | baselines: majority answer 18.3, copy the input 34.7 (no run beats it); every model answers most instances of a task with one constant text; rank accuracy 44–52% (chance 50%, majority 36–54%) |
 #
 # For orientation only — nanoT5's published C4 losses (T5-Base, 32k vocabulary, 65,536 steps × 128 × 512, about
-# 4.8 × 10⁵ times the compute of one run above; not comparable with the numbers above): Adafactor inverse-sqrt /
+# 48,000 times the compute of the CPU demo by `flops_per_step`, as 06 computes it; not comparable with the numbers above): Adafactor inverse-sqrt /
 # cosine 1.995 / 1.993, AdamWScale 2.040 / 1.953, plain AdamW diverges; SNI Rouge-L 40.7 (pre-trained) vs ≈ 10.2
 # (random init).
 #
