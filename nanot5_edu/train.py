@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -16,6 +17,7 @@ import re
 import shutil
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +27,7 @@ import torch
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .data import CorpusError, load_corpus
+from .data import CorpusError, is_c4_folder, load_corpus
 from .model import HF_ALIAS_KEYS, PRESETS as MODEL_PRESETS, ModelConfig, T5
 from .optim import OPTIMIZERS, SCHEDULES, get_lr_scheduler, get_optimizer
 from .spans import SpanCorruptionCollator, pack_dataset
@@ -34,21 +36,24 @@ from .tokenizer import DEMO_VOCAB_SIZE, load_tokenizer, sentinel_ids, train_toke
 # %% auto #0
 __all__ = ['PRESETS', 'PEAK_TFLOPS', 'DataConfig', 'OptimConfig', 'TrainConfig', 'EvalConfig', 'CheckpointConfig',
            'LoggingConfig', 'Config', 'ConfigError', 'TrainingError', 'make_config', 'validate_config',
-           'flops_per_step', 'peak_flops_of', 'peak_flops', 'BatchStream', 'prepare_tokenizer', 'packed_rows',
-           'derangement', 'evaluate', 'unigram_baselines', 'split_at_sentinels', 'generate_spans', 'fill_in',
-           'save_checkpoint', 'latest_checkpoint', 'load_checkpoint', 'make_accelerator', 'fit', 'export_hf',
-           'eval_summary', 'validation_batches', 'train', 'plot_run']
+           'flops_per_step', 'peak_flops_of', 'peak_flops', 'BatchStream', 'default_num_workers', 'ShuffleCorruptBlock',
+           'StreamingBatches', 'prepare_tokenizer', 'load_texts', 'packed_rows', 'training_stream', 'derangement',
+           'evaluate', 'unigram_baselines', 'split_at_sentinels', 'generate_spans', 'fill_in', 'save_checkpoint',
+           'latest_checkpoint', 'load_checkpoint', 'make_accelerator', 'fit', 'export_hf', 'eval_summary',
+           'validation_batches', 'train', 'plot_run']
 
 # %% ../nbs/05_training.ipynb #307c8ddd
 @dataclass
 class DataConfig:
-    corpus: str = "sotu"  # 'sotu', 'c4', or a path/glob of .txt/.jsonl/.parquet (see 00_data)
+    corpus: str = "sotu"  # 'sotu', 'c4', a folder of C4 shards, or a path/glob of .txt/.jsonl/.parquet (00_data)
+    streaming: bool = False  # stream local files too (c4 and C4 shard folders always stream)
+    num_workers: int | None = None  # streamed corpora: DataLoader workers per process; None: cores left, at most 8
     tokenizer: str | None = None  # a tokenizer dir or hub name; None: train one on the corpus into the run dir
     vocab_size: int = DEMO_VOCAB_SIZE  # SentencePiece pieces when the tokenizer is trained here
     inputs_length: int = 128  # encoder tokens per example (T5: 512)
     noise_density: float = 0.15
     mean_noise_span_length: float = 3.0
-    shuffle_buffer: int = 10_000  # streaming corpora: rows in the shuffle buffer
+    shuffle_buffer: int = 10_000  # streamed corpora: packed rows shuffled (and corrupted) together, per block
 
 
 @dataclass
@@ -239,15 +244,15 @@ def peak_flops(device: torch.device, override_tflops: float | None = None) -> fl
 
 # %% ../nbs/05_training.ipynb #9f85f23c
 class BatchStream:
-    "Endless, resumable micro-batches for one process: rows (a tensor, a list, or a stream) through a collator"
+    "Endless, resumable micro-batches for one process: in-memory rows (a tensor or a list) through a collator"
 
     def __init__(self, rows, collator: SpanCorruptionCollator, micro_batch: int, seed: int, rank: int = 0,
                  world_size: int = 1):
         self.rows, self.collator, self.micro_batch = rows, collator, micro_batch
         self.seed, self.rank, self.world_size = seed, rank, world_size
-        self.epoch, self.position = 0, 0  # position: global rows consumed in this epoch (in-memory) / overall
-        self._iter, self._perm, self._perm_epoch = None, None, None
-        if isinstance(rows, (torch.Tensor, list)) and len(rows) < micro_batch * world_size:
+        self.epoch, self.position = 0, 0  # position: global rows consumed in this epoch
+        self._perm, self._perm_epoch = None, None
+        if len(rows) < micro_batch * world_size:
             raise CorpusError(f"The corpus packs into {len(rows)} rows, fewer than one global micro-batch "
                               f"({micro_batch * world_size}): use more text or a smaller optim.batch_size.")
 
@@ -258,22 +263,14 @@ class BatchStream:
             self._perm_epoch = self.epoch
         return self._perm
 
-    def _next_rows(self) -> torch.Tensor:
-        if isinstance(self.rows, (torch.Tensor, list)):  # in memory: a seeded permutation per epoch
-            step = self.micro_batch * self.world_size
-            if self.position + step > len(self.rows):
-                self.epoch, self.position = self.epoch + 1, 0
-            start = self.position + self.rank * self.micro_batch
-            idx = self._permutation()[start:start + self.micro_batch]
-            self.position += step
-            return self.rows[idx] if isinstance(self.rows, torch.Tensor) else [self.rows[i] for i in idx]
-        if self._iter is None:  # streaming: skip what a previous run consumed
-            self._iter = iter(self.rows)
-            for _ in range(self.position):
-                next(self._iter)
-        batch = [next(self._iter)["input_ids"] for _ in range(self.micro_batch)]
-        self.position += self.micro_batch
-        return torch.tensor(batch)
+    def _next_rows(self):
+        step = self.micro_batch * self.world_size
+        if self.position + step > len(self.rows):
+            self.epoch, self.position = self.epoch + 1, 0
+        start = self.position + self.rank * self.micro_batch
+        idx = self._permutation()[start:start + self.micro_batch]
+        self.position += step
+        return self.rows[idx] if isinstance(self.rows, torch.Tensor) else [self.rows[i] for i in idx]
 
     def __iter__(self):
         return self
@@ -285,8 +282,79 @@ class BatchStream:
         return {"epoch": self.epoch, "position": self.position, "collator": self.collator.state_dict()}
 
     def load_state_dict(self, state: dict):
-        self.epoch, self.position, self._iter = state["epoch"], state["position"], None
+        self.epoch, self.position = state["epoch"], state["position"]
         self.collator.load_state_dict(state["collator"])
+
+# %% ../nbs/05_training.ipynb #589c1b82
+def default_num_workers(world_size: int = 1) -> int:
+    "DataLoader workers per process for a streamed corpus: the cores left per process after its own, at most 8"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(8, cores // world_size - 1))
+
+
+class ShuffleCorruptBlock:
+    "`map` function: a block of packed rows in a seeded order, span-corrupted; seeded by its position only"
+
+    def __init__(self, collator: SpanCorruptionCollator, seed: int, epoch: int = 0, rank: int = 0):
+        self.collator, self.key = collator, [seed, epoch, rank]
+
+    def __call__(self, block: dict, indices: list[int]) -> dict[str, torch.Tensor]:
+        worker = torch.utils.data.get_worker_info()
+        seed = np.random.SeedSequence([*self.key, worker.id if worker else 0, indices[0]]).generate_state(1)[0]
+        generator = self.collator.generator.manual_seed(int(seed))  # the collator draws its masks from it too
+        rows = torch.tensor(block["input_ids"])
+        return self.collator(rows[torch.randperm(len(rows), generator=generator)])
+
+
+class StreamingBatches:
+    "Endless, resumable micro-batches of a streamed corpus, tokenized, packed, shuffled and corrupted in DataLoader workers"
+
+    def __init__(self, texts: datasets.IterableDataset, tokenizer, collator: SpanCorruptionCollator, micro_batch: int,
+                 seed: int, rank: int = 0, world_size: int = 1, num_workers: int = 0, shuffle_buffer: int = 10_000):
+        from datasets.distributed import split_dataset_by_node
+        self.texts = split_dataset_by_node(texts, rank, world_size) if world_size > 1 else texts  # own shards
+        self.tokenizer, self.collator, self.micro_batch = tokenizer, collator, micro_batch
+        self.seed, self.rank, self.num_workers, self.shuffle_buffer = seed, rank, num_workers, shuffle_buffer
+        self.epoch, self._loader, self._iter, self._resume_from = 0, None, None, None
+
+    def _start(self):
+        "A StatefulDataLoader over this epoch's pipeline, at the saved position if there is one"
+        from torchdata.stateful_dataloader import StatefulDataLoader
+        if self.num_workers:
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the workers are the parallelism
+        rows = pack_dataset(self.texts, self.tokenizer, self.collator.raw_length)
+        blocks = rows.map(ShuffleCorruptBlock(self.collator, self.seed, self.epoch, self.rank), batched=True,
+                          batch_size=self.shuffle_buffer, with_indices=True, remove_columns=["input_ids"])
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*set_vital.*")  # torchdata 0.11 on torch >= 2.10
+            self._loader = StatefulDataLoader(blocks, batch_size=self.micro_batch, drop_last=True,
+                                              num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed))
+        if self._resume_from is not None:
+            self._loader.load_state_dict(self._resume_from)
+        self._iter, self._resume_from, self._batches_this_epoch = iter(self._loader), None, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        if self._iter is None:
+            self._start()
+        try:
+            batch = next(self._iter)
+        except StopIteration:
+            if not self._batches_this_epoch:
+                raise CorpusError(f"The streamed corpus gives this process no full micro-batch of {self.micro_batch} "
+                                  "rows: use more text (or more shards), or a smaller optim.batch_size.") from None
+            self.epoch, self._iter = self.epoch + 1, None
+            return next(self)
+        self._batches_this_epoch += 1
+        return batch
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "loader": self._loader.state_dict() if self._iter is not None else self._resume_from}
+
+    def load_state_dict(self, state: dict):
+        self.epoch, self._resume_from, self._iter = state["epoch"], state["loader"], None
 
 # %% ../nbs/05_training.ipynb #9f436e20
 def prepare_tokenizer(cfg: Config, run_dir: Path):
@@ -296,25 +364,46 @@ def prepare_tokenizer(cfg: Config, run_dir: Path):
         return load_tokenizer(cfg.data.tokenizer)
     if (own / "tokenizer.json").exists():
         return load_tokenizer(own)
-    if cfg.data.corpus == "c4":
+    if cfg.data.corpus == "c4" or is_c4_folder(cfg.data.corpus):
         raise ConfigError("Training a tokenizer on streamed C4 is not supported here: set "
                           "data.tokenizer=google/t5-v1_1-base (T5's vocabulary) or a local tokenizer dir.")
     texts = load_corpus(cfg.data.corpus, "train")["text"]
     return train_tokenizer(texts, cfg.data.vocab_size, own)
 
 
-def packed_rows(cfg: Config, tokenizer, split: str, raw_length: int, rank: int = 0, world_size: int = 1):
-    "Packed rows of a split: a LongTensor for in-memory corpora, a shuffled, node-split IterableDataset for streams"
+def load_texts(cfg: Config, split: str) -> datasets.Dataset | datasets.IterableDataset:
+    "The corpus's documents: a Dataset in memory, or an IterableDataset when streamed (c4, C4 shards, data.streaming)"
     ds = load_corpus(cfg.data.corpus, split)
-    packed = pack_dataset(ds, tokenizer, raw_length)
-    if isinstance(ds, datasets.IterableDataset):
-        from datasets.distributed import split_dataset_by_node
-        packed = packed.shuffle(seed=cfg.train.seed, buffer_size=cfg.data.shuffle_buffer)
-        return split_dataset_by_node(packed, rank, world_size) if world_size > 1 else packed
-    if len(packed) == 0:
+    if cfg.data.streaming and isinstance(ds, datasets.Dataset):  # memory-mapped Arrow, read as a sharded stream
+        ds = ds.to_iterable_dataset(num_shards=min(len(ds), 64))
+    return ds
+
+
+def packed_rows(cfg: Config, tokenizer, split: str, raw_length: int, stream_limit: int | None = None) -> torch.Tensor:
+    "Packed rows of a split as a LongTensor: all of an in-memory corpus, the first `stream_limit` of a streamed one"
+    packed = pack_dataset(load_texts(cfg, split), tokenizer, raw_length)
+    if isinstance(packed, datasets.IterableDataset):
+        if stream_limit is None:
+            raise ValueError("A streamed corpus has no end to load: pass stream_limit=<rows>.")
+        rows = [r["input_ids"] for r in itertools.islice(packed, stream_limit)]
+    else:
+        rows = packed["input_ids"]
+    if len(rows) == 0:
         raise CorpusError(f"The {split} split of {cfg.data.corpus!r} is shorter than one row of {raw_length} "
                           "tokens: add text or lower data.inputs_length.")
-    return torch.tensor(packed["input_ids"])
+    return torch.tensor(rows)
+
+
+def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, micro_batch: int, rank: int = 0,
+                    world_size: int = 1) -> BatchStream | StreamingBatches:
+    "This process's training micro-batches: a BatchStream over rows in memory, or StreamingBatches over a stream"
+    texts = load_texts(cfg, "train")
+    if isinstance(texts, datasets.IterableDataset):
+        workers = default_num_workers(world_size) if cfg.data.num_workers is None else cfg.data.num_workers
+        return StreamingBatches(texts, tokenizer, collator, micro_batch, cfg.train.seed, rank, world_size, workers,
+                                cfg.data.shuffle_buffer)
+    return BatchStream(packed_rows(cfg, tokenizer, "train", collator.raw_length), collator, micro_batch,
+                       cfg.train.seed, rank, world_size)
 
 # %% ../nbs/05_training.ipynb #3f43fe51
 def derangement(n: int) -> torch.Tensor:
@@ -658,8 +747,8 @@ def validation_batches(cfg: Config, tokenizer) -> list[dict]:
     "The fixed held-out batches every evaluation of a run scores (their own seeded corruption; same on every process)"
     collator = SpanCorruptionCollator(tokenizer, cfg.data.inputs_length, cfg.data.noise_density,
                                       cfg.data.mean_noise_span_length, seed=1234)
-    stream = BatchStream(packed_rows(cfg, tokenizer, "validation", collator.raw_length), collator, cfg.eval.batch_size,
-                         seed=1234)
+    rows = packed_rows(cfg, tokenizer, "validation", collator.raw_length, cfg.eval.batches * cfg.eval.batch_size)
+    stream = BatchStream(rows, collator, cfg.eval.batch_size, seed=1234)
     return [next(stream) for _ in range(cfg.eval.batches)]
 
 
@@ -679,15 +768,15 @@ def train(cfg: Config) -> dict:
     spans = (cfg.data.inputs_length, cfg.data.noise_density, cfg.data.mean_noise_span_length)
     collator = SpanCorruptionCollator(tokenizer, *spans, seed=cfg.train.seed + accelerator.process_index)
     micro = cfg.optim.batch_size // (cfg.optim.grad_acc * accelerator.num_processes)
-    rows = packed_rows(cfg, tokenizer, "train", collator.raw_length, accelerator.process_index, accelerator.num_processes)
-    stream = BatchStream(rows, collator, micro, cfg.train.seed, accelerator.process_index, accelerator.num_processes)
+    stream = training_stream(cfg, tokenizer, collator, micro, accelerator.process_index, accelerator.num_processes)
     valid_batches = validation_batches(cfg, tokenizer)
 
     model, step = fit(cfg, accelerator, T5(cfg.model), tokenizer, stream, valid_batches)
 
     summary = {"run_dir": str(run_dir), "steps": step, "wall_s": time.time() - t_start, "main_process": main}
     if main:
-        if isinstance(rows, torch.Tensor):  # baselines from one corruption of every training row
+        if isinstance(stream, BatchStream):  # baselines from one corruption of every training row (in memory)
+            rows = stream.rows
             corrupt = SpanCorruptionCollator(tokenizer, *spans, seed=7)
             train_labels = torch.cat([corrupt(rows[i:i + 4096])["labels"] for i in range(0, len(rows), 4096)])
             summary.update(unigram_baselines(train_labels, torch.cat([b["labels"] for b in valid_batches]),

