@@ -38,19 +38,25 @@
 # ```
 
 # %% [markdown]
-# ## The notebooks
+# ## Learning path
 #
-# | # | notebook | what you build | |
-# |---|---|---|---|
-# | 00 | [data](nbs/00_data.ipynb) | `load_corpus`: the embedded State of the Union corpus, your files, or streamed C4 | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/00_data.ipynb) |
-# | 01 | [tokenizer](nbs/01_tokenizer.ipynb) | `train_tokenizer`/`load_tokenizer`: a T5-style SentencePiece unigram vocabulary + 100 sentinels, as a `transformers` tokenizer | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/01_tokenizer.ipynb) |
-# | 02 | [span_corruption](nbs/02_span_corruption.ipynb) | T5's noise masks and sentinels, packing, the vectorised `SpanCorruptionCollator`, an explorer | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/02_span_corruption.ipynb) |
-# | 03 | [t5_layers](nbs/03_t5_layers.ipynb) | T5 v1.1 from scratch (RMSNorm, relative buckets, SDPA attention, gated-GELU, KV-cache generation), equal to HF's | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/03_t5_layers.ipynb) |
-# | 04 | [optimizers](nbs/04_optimizers.ipynb) | `AdamWScale`, Adafactor/AdamW baselines, cosine and inverse-sqrt schedules, nanoT5's comparison re-run | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/04_optimizers.ipynb) |
-# | 05 | [training](nbs/05_training.ipynb) | config tree and presets, the Accelerate loop, MFU, atomic checkpoints and exact resume, the CPU demo | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/05_training.ipynb) |
-# | 06 | [finetuning](nbs/06_finetuning.ipynb) | Super-NaturalInstructions prompts, fine-tuning with the same loop, Rouge-L over all references | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/06_finetuning.ipynb) |
-# | 07 | [cli](nbs/07_cli.ipynb) | the `nanot5-edu` command line: `corpus-stats`, `pretrain`, `finetune`, `evaluate` | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/07_cli.ipynb) |
-# | 08 | [main](nbs/08_main.ipynb) | `python -m nanot5_edu`, for `accelerate launch -m nanot5_edu` | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/08_main.ipynb) |
+# Read the notebooks in order: each builds one part of the system, checks it as it goes, and names what it uses
+# from the earlier ones. You need Python, PyTorch basics (tensors, autograd, `nn.Module`) and the idea of a
+# transformer. **CPU: notebook** is one run of the notebook as the tests run it, slow cells skipped
+# (`python -m pytest tests --durations=0`, on 2 CPU cores shared with other jobs); **CPU: experiments** is what its `#| slow` cells took, as their saved outputs
+# and `nbs/results/*.json` record. No GPU timing exists yet (05's `#| gpu` cell has no saved output).
+#
+# | # | notebook | what you learn | builds on | CPU: notebook | CPU: experiments | GPU | |
+# |---|---|---|---|---|---|---|---|
+# | 00 | [data](nbs/00_data.ipynb) | what pre-training text is: the embedded State of the Union corpus, your own files or streamed C4 (`load_corpus`), and their statistics | — | 2 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/00_data.ipynb) |
+# | 01 | [tokenizer](nbs/01_tokenizer.ipynb) | a T5-style SentencePiece unigram vocabulary with 100 sentinels, loaded as a `transformers` tokenizer | 00 | 66 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/01_tokenizer.ipynb) |
+# | 02 | [span_corruption](nbs/02_span_corruption.ipynb) | T5's objective: noise masks, sentinels, inputs and targets, packing, and a vectorised collator proven equal to the readable version | 00, 01 | 32 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/02_span_corruption.ipynb) |
+# | 03 | [t5_layers](nbs/03_t5_layers.ipynb) | T5 v1.1 from scratch — RMSNorm, relative position buckets, attention, gated-GELU, init, KV-cache generation — each checked against `transformers` | 02 (the batch it reads) | 16 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/03_t5_layers.ipynb) |
+# | 04 | [optimizers](nbs/04_optimizers.ipynb) | `AdamWScale` and why it works (every tensor moves by the same fraction of itself), Adafactor and AdamW baselines, schedules, nanoT5's comparison at CPU scale | 02, 03 | 85 s | 25.3 min (22 runs) + 8.5 min (3 runs, on a shared machine) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/04_optimizers.ipynb) |
+# | 05 | [training](nbs/05_training.ipynb) | the pre-training loop: config, mixed precision, accumulation, DDP through Accelerate, MFU, checkpoints that resume exactly, the CPU demo | 00–04 | 63 s | 10.4 min (the demo) + 19.8 min (6,000 steps) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/05_training.ipynb) |
+# | 06 | [finetuning](nbs/06_finetuning.ipynb) | fine-tuning on Super-NaturalInstructions with the same loop; Rouge-L, exact match and rank accuracy next to their baselines | 05 (its experiment fine-tunes 05's demo checkpoint) | 20 s | 13.1 min (18 runs) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/06_finetuning.ipynb) |
+# | 07 | [cli](nbs/07_cli.ipynb) | the `nanot5-edu` command line: one argument style, `--print-config`, relaunching a run from its `config.yaml` | 05, 06 | 60 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/07_cli.ipynb) |
+# | 08 | [main](nbs/08_main.ipynb) | `python -m nanot5_edu`, what `accelerate launch -m nanot5_edu` starts in every process | 07 | < 1 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/08_main.ipynb) |
 
 # %% [markdown]
 # ## The embedded corpus
@@ -81,6 +87,11 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # | plain AdamW (cosine) at 4e-2 / at its best of 1e-3, 3e-3, 1e-2 (1e-3) | 5.608 ± 0.049 / 5.005 ± 0.003 | 0.000 | no divergence at nanoT5's 2e-2 even without clipping (5.348) or with the std-1 head (5.656) |
 # | SNI-mini fine-tuning (06): cpu-demo checkpoint vs random init, 200 steps, 3 seeds, 10 / 30 / 100 instances per task | lowest held-out loss 5.41 vs 6.18 / 4.60 vs 5.04 / 3.89 vs 4.01 | | pre-training's loss gain is beyond the seed spread at 10 and 30 per task, within it at 100; 18 runs in 13.1 min |
 # | the same runs' generations: E2E NLG Rouge-L at 10 / 30 / 100 per task, pre-trained vs random init | 24.8 ± 3.8 vs 23.7 ± 2.1 / 22.2 ± 5.7 vs 22.9 ± 2.1 / 10.2 ± 4.4 vs 22.8 ± 6.2 | | baselines: majority answer 18.3, copy the input 34.7 (no run beats it); every model answers most instances of a task with one constant text; rank accuracy 44–52% (chance 50%, majority 36–54%) |
+#
+# **Why AdamWScale works** (04, one seed, 200 steps of the same model): the relative change of each tensor per
+# step, `|Δθ| / (lr·|θ|)`, averaged over the last 50 steps, spans 0.18–16.9 across tensors with plain AdamW (a
+# factor of 96; the `q` matrices moved 90 × lr at step 1), 0.13–0.30 with AdamWScale (2.4) and 0.72–0.99 with
+# Adafactor (1.4). This shows the mechanism; it ranks nothing.
 #
 # For orientation only — nanoT5's published C4 losses (T5-Base, 32k vocabulary, 65,536 steps × 128 × 512, about
 # 48,000 times the compute of the CPU demo by `flops_per_step`, as 06 computes it; not comparable with the numbers above): Adafactor inverse-sqrt /
@@ -125,7 +136,9 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 #   processes (that is how the tests check it).
 # - **nanoT5's T5-Base**: `nanot5-edu pretrain t5-base` (C4 streamed from the hub, T5's vocabulary, batch 128,
 #   65,536 steps, AdamWScale 2e-2, cosine, bf16, `torch.compile`); `t5-base-16h` is nanoT5's best time budget.
-#   Any field can be overridden: `nanot5-edu pretrain t5-base optim.lr=1e-2 data.corpus=/data/my/*.jsonl`.
+#   Any field can be overridden: `nanot5-edu pretrain t5-base optim.lr=1e-2 data.corpus=/data/my/*.jsonl`;
+#   `--print-config` shows the resolved config and exits, and `nanot5-edu pretrain --config runs/t5-base` relaunches a
+#   run from its saved `config.yaml` (resuming it, in the same run directory).
 #   `benchmarks/gpu_pretrain.sh` measures s/step, tokens/s and MFU of ours vs HF's model on a GPU.
 # - **Fine-tuning**: `nanot5-edu finetune --checkpoint runs/cpu-demo --data path/to/natural-instructions`, then
 #   `nanot5-edu evaluate --checkpoint runs/sni/hf --data path/to/natural-instructions`.
