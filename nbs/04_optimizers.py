@@ -3,6 +3,14 @@
 # > `AdamWScale` (AdamW with Adafactor's RMS scaling of the step), Adafactor and AdamW baselines, cosine / inverse-sqrt schedules, and the experiment
 
 # %% [markdown]
+# On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
+
+# %%
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/nanot5-edu/nanot5_edu"], check=True)
+
+# %% [markdown]
 # T5 was trained with Adafactor. nanoT5's author found that plain AdamW diverges on T5 at useful learning
 # rates, ablated the differences between the two one at a time, and found the one that matters: Adafactor
 # multiplies each tensor's step by the tensor's own RMS (`max(1e-3, RMS(θ))`). In nanoT5's runs (one per setting),

@@ -3,6 +3,14 @@
 # > `nanot5-edu`: one command with a subcommand per job (corpus statistics, pre-training, fine-tuning, evaluation)
 
 # %% [markdown]
+# On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
+
+# %%
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/nanot5-edu/nanot5_edu"], check=True)
+
+# %% [markdown]
 # Every job the notebooks build is also a shell command, so a run on a lab GPU or under
 # `accelerate launch` needs no notebook. The parser is plain `argparse` with subcommands; each subcommand
 # imports its module only when called, so `nanot5-edu --help` is instant.

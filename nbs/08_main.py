@@ -3,6 +3,14 @@
 # > `python -m nanot5_edu`: the command line as a module, which is what `accelerate launch -m nanot5_edu` starts in every process
 
 # %% [markdown]
+# On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
+
+# %%
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/nanot5-edu/nanot5_edu"], check=True)
+
+# %% [markdown]
 # `accelerate launch` starts one Python process per device and runs a script or a module in each. This cell
 # becomes `nanot5_edu/__main__.py`, so `python -m nanot5_edu pretrain` is the same as `nanot5-edu pretrain`,
 # and several GPUs (or CPU processes) are one command:
