@@ -53,7 +53,7 @@ class DataConfig:
     inputs_length: int = 128  # encoder tokens per example (T5: 512)
     noise_density: float = 0.15
     mean_noise_span_length: float = 3.0
-    shuffle_buffer: int = 10_000  # streamed corpora: packed rows shuffled (and corrupted) together, per block
+    shuffle_buffer: int = 2048  # streamed corpora: packed rows shuffled (and corrupted) together, one block at a time
 
 
 @dataclass
@@ -310,11 +310,13 @@ class StreamingBatches:
     "Endless, resumable micro-batches of a streamed corpus, tokenized, packed, shuffled and corrupted in DataLoader workers"
 
     def __init__(self, texts: datasets.IterableDataset, tokenizer, collator: SpanCorruptionCollator, micro_batch: int,
-                 seed: int, rank: int = 0, world_size: int = 1, num_workers: int = 0, shuffle_buffer: int = 10_000):
+                 seed: int, rank: int = 0, world_size: int = 1, num_workers: int = 0, shuffle_buffer: int = 2048,
+                 prefetch: int = 4):
         from datasets.distributed import split_dataset_by_node
         self.texts = split_dataset_by_node(texts, rank, world_size) if world_size > 1 else texts  # own shards
         self.tokenizer, self.collator, self.micro_batch = tokenizer, collator, micro_batch
         self.seed, self.rank, self.num_workers, self.shuffle_buffer = seed, rank, num_workers, shuffle_buffer
+        self.prefetch = prefetch  # batches each worker keeps ready: they cover the burst of building a block
         self.epoch, self._loader, self._iter, self._resume_from = 0, None, None, None
 
     def _start(self):
@@ -328,7 +330,9 @@ class StreamingBatches:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*set_vital.*")  # torchdata 0.11 on torch >= 2.10
             self._loader = StatefulDataLoader(blocks, batch_size=self.micro_batch, drop_last=True,
-                                              num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed))
+                                              num_workers=self.num_workers,
+                                              prefetch_factor=self.prefetch if self.num_workers else None,
+                                              generator=torch.Generator().manual_seed(self.seed))
         if self._resume_from is not None:
             self._loader.load_state_dict(self._resume_from)
         self._iter, self._resume_from, self._batches_this_epoch = iter(self._loader), None, 0

@@ -165,3 +165,21 @@ def test_t5_base_preset_runs_on_cpu(tmp_path, c4_data):
     assert "vocab_size: 32128" in cfg and "warmup_steps: 2" in cfg  # t5-base's vocabulary, our overrides
     assert [m["step"] for m in metrics(tmp_path) if "loss" in m] == [1, 2, 3, 4]
     assert (tmp_path / "checkpoints" / "step_00000004" / "model.safetensors").exists()
+
+
+def test_data_streaming_streams_local_files(tmp_path, c4_data):
+    "data.streaming=true reads local files through the same workers, with the same held-out documents"
+    from nanot5_edu.data import load_corpus
+    from nanot5_edu.tokenizer import load_tokenizer
+    from nanot5_edu.train import StreamingBatches, load_texts, make_config, validation_batches
+    texts = list(load_corpus("sotu", "validation")["text"])
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    args = [*SMALL, f"data.corpus={tmp_path / 'docs.jsonl'}", f"data.tokenizer={c4_data / 'tok'}",
+            "data.streaming=true", "data.num_workers=1", "optim.batch_size=8"]
+    stream, collator = stream_of(args)
+    assert isinstance(stream, StreamingBatches)
+    assert {k: tuple(v.shape) for k, v in next(stream).items()} == \
+        {"input_ids": (8, 128), "labels": (8, collator.targets_length), "decoder_input_ids": (8, collator.targets_length)}
+    cfg = make_config("cpu-demo", args)
+    assert [r["text"] for r in load_texts(cfg, "validation")] == load_corpus(str(tmp_path / "docs.jsonl"), "validation")["text"]
+    assert len(validation_batches(cfg, load_tokenizer(c4_data / "tok"))) == cfg.eval.batches
