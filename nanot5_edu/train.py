@@ -136,7 +136,7 @@ class ConfigError(ValueError):
 
 
 class TrainingError(RuntimeError):
-    "Training cannot go on (e.g. a NaN loss); the message says where the last good checkpoint is."
+    "Training cannot go on (e.g. a NaN loss); the message says where the last checkpoint is."
 
 
 def _flat_keys(node, prefix=""):
@@ -629,9 +629,11 @@ def _stop_on_nan(window_loss: list[torch.Tensor], checked: int, step: int, grad_
         first = int(bad.nonzero()[0])
         bad_step = step - len(window_loss) // grad_acc + 1 + (checked + first) // grad_acc  # the window's first step + …
         last = latest_checkpoint(run_dir)
-        raise TrainingError(f"Loss is {losses[first].item()} at step {bad_step}: training stopped. The last good "
-                            f"checkpoint is {last or 'none (no checkpoint yet)'}. Lower optim.lr, keep "
-                            "optim.grad_clip on, or use train.precision=fp32 to find the cause.")
+        raise TrainingError(f"Loss is {losses[first].item()} at step {bad_step}: training stopped. The last "
+                            f"checkpoint, written before this loss was seen, is {last or 'none (no checkpoint yet)'}; "
+                            "if the update before it already blew up the weights, resume from the one before "
+                            "(checkpoint.keep_last keeps 2). Lower optim.lr, keep optim.grad_clip on, or under bf16 "
+                            "try train.precision=fp32 to find the cause.")
 
 
 def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: list[dict]) -> tuple[T5, int]:

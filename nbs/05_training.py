@@ -280,7 +280,7 @@ class ConfigError(ValueError):
 
 
 class TrainingError(RuntimeError):
-    "Training cannot go on (e.g. a NaN loss); the message says where the last good checkpoint is."
+    "Training cannot go on (e.g. a NaN loss); the message says where the last checkpoint is."
 
 
 def _flat_keys(node, prefix=""):
@@ -533,8 +533,7 @@ class BatchStream:
 # C4 does not fit in memory, so it is read as a stream and tokenized, packed and corrupted on the way. How
 # fast must that be? nanoT5's step (T5-Base, batch 128 rows of 568 raw tokens) is 54.5 TFLOP; an H200 (989
 # TFLOP/s dense bf16) at 50% MFU does one in 0.11 s, so it consumes about **660k raw tokens per second**. Here
-# is what one process does, on a few speeches of the embedded corpus, with the demo's 8,192-id vocabulary (T5's
-# 32,100-id vocabulary measured about the same on this machine, 0.52–0.56M tokens/s):
+# is what one process does, on a few speeches of the embedded corpus, with the demo's 8,192-id vocabulary:
 
 # %%
 needed = 128 * 568 / (nanot5_step / (0.5 * PEAK_TFLOPS["NVIDIA H200"] * 1e12))  # raw tokens/s the GPU eats
@@ -562,10 +561,15 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 
 
 # %% [markdown]
-# One process, on one core, prepares text more slowly than the GPU consumes it (the saved output: 474k tokens/s
-# for the tokenizer alone, 435k for the whole pipeline, against 660k needed; 10–20% more on a quiet core), and the
-# training process has other work too (launching kernels, logging, checkpoints). A GPU fed by it would wait for
-# text a large share of every step. So, like nanoT5, the text is prepared in `torch.utils.data.DataLoader`
+# One process, on one core, prepares text at about the rate the GPU consumes it, not faster: the printed speeds
+# (they vary with the machine's load: 0.41–0.56M raw tokens/s for the whole pipeline over our runs on this 2-core
+# machine) against 660k needed at 50% MFU, or ≈ 410k at nanoT5's own 31% MFU (above); and the training process has other work too (launching
+# kernels, logging, checkpoints). Fed by the training process itself, a GPU would wait for text for part of every
+# step, and a faster GPU or a better MFU would make it worse. So, like nanoT5, the text is prepared in
+# `torch.utils.data.DataLoader` **worker processes** (processes, not threads: Python's global interpreter lock
+# lets only one thread run Python code at a time), one core each, a few batches ahead; the training process
+# only receives finished batches. `data.num_workers` sets how many (by default the cores left per process, at
+# most nanoT5's 8 — two would cover the need measured here; more leave headroom for bursts). So, like nanoT5, the text is prepared in `torch.utils.data.DataLoader`
 # **worker processes**, one core each, a few batches ahead; the training process only receives finished
 # batches. `data.num_workers` sets how many (by default the cores left per process, at most nanoT5's 8).
 #
@@ -1011,10 +1015,11 @@ def load_checkpoint(path: Path, model: T5, optimizer, scheduler, stream: BatchSt
 #
 # Two things would make a GPU wait for nothing. Reading the loss (`.item()`) makes the CPU wait until the GPU
 # has finished the step, so the losses stay on the device and are read once per logging window. And under DDP,
-# `backward` all-reduces the gradients after every micro-batch; inside `accelerator.accumulate` it does so only
-# on the last micro-batch of a step. A non-finite loss still stops the run before any evaluation or checkpoint
-# sees the weights it produced: the window's losses are checked (one read for all of them) before each of
-# those, and the message names the step and the last good checkpoint.
+# `backward` all-reduces the gradients (sums them across processes, so every process holds the same average)
+# after every micro-batch; inside `accelerator.accumulate` it does so only on the last micro-batch of a step.
+# A non-finite loss still stops the run before any evaluation or checkpoint comes after it: the window's losses
+# are checked (one read for all of them) before each of those, and the message names the step and the last
+# checkpoint.
 
 # %%
 #| export
@@ -1059,9 +1064,11 @@ def _stop_on_nan(window_loss: list[torch.Tensor], checked: int, step: int, grad_
         first = int(bad.nonzero()[0])
         bad_step = step - len(window_loss) // grad_acc + 1 + (checked + first) // grad_acc  # the window's first step + …
         last = latest_checkpoint(run_dir)
-        raise TrainingError(f"Loss is {losses[first].item()} at step {bad_step}: training stopped. The last good "
-                            f"checkpoint is {last or 'none (no checkpoint yet)'}. Lower optim.lr, keep "
-                            "optim.grad_clip on, or use train.precision=fp32 to find the cause.")
+        raise TrainingError(f"Loss is {losses[first].item()} at step {bad_step}: training stopped. The last "
+                            f"checkpoint, written before this loss was seen, is {last or 'none (no checkpoint yet)'}; "
+                            "if the update before it already blew up the weights, resume from the one before "
+                            "(checkpoint.keep_last keeps 2). Lower optim.lr, keep optim.grad_clip on, or under bf16 "
+                            "try train.precision=fp32 to find the cause.")
 
 
 def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: list[dict]) -> tuple[T5, int]:
@@ -1343,8 +1350,12 @@ test_eq(logged(crashed, "eval_loss"), logged(tmp / "quick", "eval_loss"))
 test_eq(all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0]), True)
 
 # %% [markdown]
-# A NaN stops the run with a clear message, and the checkpoint from before stays. Here plain AdamW at an
-# absurd learning rate without clipping blows the weights up to overflow after the first step:
+# A NaN stops the run with a clear message, before any evaluation or checkpoint of the step that produced it.
+# Here plain AdamW at an absurd learning rate without clipping blows the weights up in its first update (to
+# about 1e30: still finite), and the loss of step 2 overflows. Note what the guard can and cannot promise: it
+# sees a loss, so the checkpoint of step 1, written before that loss existed, already holds the blown-up
+# weights. That is why the message points one checkpoint further back when needed (`checkpoint.keep_last`
+# keeps two):
 
 # %%
 bad = make_config("cpu-demo", ["model.num_layers=1", "optim.name=adamw", "optim.lr=1e30", "optim.grad_clip=0",
@@ -1425,7 +1436,7 @@ for r in sorted(sweep, key=lambda r: (r["budget_s"], -r["encoder_gain"])):
 # 8 heads, gated-GELU 1024, vocabulary 8,192: 6.6M parameters, two thirds of them the embedding and the LM
 # head). Each row is 141 raw tokens, corrupted into 128 encoder and 29 target tokens; batch 16; 3,000 steps
 # of AdamWScale at lr 4e-2 with nanoT5's cosine schedule (100 warmup steps); bf16 autocast; an evaluation
-# every 250 steps. It is sized to finish within 10 minutes on 2 CPU cores. The bars to clear: the
+# every 250 steps. It is sized for about 10 minutes on 2 CPU cores (the saved run took 10.4). The bars to clear: the
 # per-position unigram baseline for the loss (a model that knows only how often each token appears at each
 # target position; plain unigram entropy is easier still), and an encoder gain well above its value at
 # initialisation (0.002) for span filling.
@@ -1441,7 +1452,7 @@ Image(filename=demo["loss_plot"])
 # The saved run: held-out loss 9.42 → 4.317 after 3,000 steps in 10.4 minutes (the goal was 10), far below the
 # per-position unigram baseline (5.531) and unigram entropy (5.887). Its encoder gain is **0.168 nats** (4.484
 # with another row's input): it rose steadily, 0.013 at step 250, 0.052 at 500, 0.102 at 1,000, 0.135 at 2,000.
-# So the model has started to fill spans from their context, and the held-out loss goal (≤ 4.5) is met, but the
+# So the model has started to fill spans from their context, and the held-out loss target we set (≤ 4.5) is met, but the
 # gain is a third of the 0.5 nats we aimed for: the best recipe we found on 2 CPU cores does not get there in
 # 10 minutes. The longer run below shows how the gain goes on.
 #
@@ -1519,7 +1530,7 @@ long_evals = [json.loads(l) for l in (Path(long_run["run_dir"]) / "metrics.jsonl
 long_train = [json.loads(l) for l in (Path(long_run["run_dir"]) / "metrics.jsonl").read_text().splitlines() if "ms_per_step" in l]
 Path("results/demo_long.json").write_text(json.dumps({
     "steps": long_run["steps"], "wall_s": long_run["wall_s"],
-    "ms_per_step": float(np.mean([m["ms_per_step"] for m in long_train])), "evals": long_evals}, indent=1))
+    "ms_per_step": float(np.mean([m["ms_per_step"] for m in long_train])), "evals": long_evals}, indent=1));
 
 # %%
 long_saved = json.loads(Path("results/demo_long.json").read_text())
@@ -1538,8 +1549,10 @@ for e, m in zip(long_saved["evals"], minutes):
 # %% [markdown]
 # The saved long run: 6,000 steps in 19.8 minutes. The encoder gain keeps growing, but more slowly: 0.094 after
 # 3 minutes of training, 0.170 after 9, 0.212 after 12, 0.238 after 15 and 0.249 at the end (held-out loss
-# 4.201). Doubling the budget raised the gain from 0.168 to 0.249, half of the 0.5-nat goal; at this rate a
-# 2-core CPU would need hours, not minutes, for a gain of 0.5 with this model.
+# 4.201). Doubling the budget raised the gain from 0.168 to 0.249, half of the 0.5-nat goal. The last three
+# evaluations barely move (0.238, 0.246, 0.249) because the cosine schedule has taken the learning rate to
+# nearly zero, so they say nothing about a longer run's pace; a longer run needs its own schedule (set
+# `train.total_steps`), and this one cannot tell how long a gain of 0.5 would take.
 
 # %% [markdown]
 # On a GPU the same recipe runs at a larger batch, and the question becomes how long the skill takes to

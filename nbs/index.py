@@ -112,10 +112,10 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # | peak memory growth of a train step (tiny bf16 / small bf16) | 199 / 713 MB | HF: 254 / 743 MB | ≤ HF ✓ | |
 # | optimizer step, T5-v1.1-small shapes (77M parameters) | 209.5 ms (AdamWScale, foreach) | 197.4 ms (`torch.optim.AdamW(foreach=True)`) | 1.06× | ≤ 1.3× ✓ |
 # | MFU formula, nanoT5's T5-Base step (b128, 512→114) | 54.5 TFLOP | 54.5 TFLOP (nanoT5) | | within 2% ✓ |
-# | resume a streamed local C4-format corpus (`stream.py`): start → first new batch at row 0 / 100k / 1M | 1.37 / 1.51 / 1.45 s (state_dict) | 4.54 / 4.74 / 23.13 s (old: skip by reading) | 15.9× at 1M | flat, ≤ 2× row 0 at 1M: 1.06× ✓ |
-# | streamed tokenize + pack + shuffle + corrupt, 568-token rows, 2 DataLoader workers | 645k raw tokens/s | 339k (in the training process) | 1.91× | ≥ 700k/s ✗ (one run, cores shared) |
-# | training process waiting for data, cpu-demo model, 2 workers | 1.6% of a step | | | ≤ 5% ✓ |
-# | `fit`, cpu-demo model, grad_acc=4 (losses on device, `accumulate`) | 4.47 steps/s | 3.67 steps/s (before) | 1.22× | no regression ✓ |
+# | resume a streamed local C4-format corpus (`stream.py`): start → first new batch at row 0 / 100k / 1M | 1.59 / 1.53 / 1.67 s (state_dict) | 4.32 / 4.55 / 24.18 s (old: skip by reading) | 14.5× at 1M | flat, ≤ 2× row 0 at 1M: 1.05× ✓ |
+# | streamed tokenize + pack + shuffle + corrupt, 568-token rows, 2 DataLoader workers | 687k raw tokens/s | 358k (in the training process) | 1.92× | ≥ 700k/s ✗ (2% short, on 2 cores; quiet machine) |
+# | training process waiting for data, cpu-demo model, 2 workers | 1.5% of a 166 ms step | | | ≤ 5% ✓ |
+# | `fit`, cpu-demo model, grad_acc=4 (losses on device, `accumulate`) | 4.55 steps/s | 4.25 steps/s (before) | 1.07× | no regression ✓ |
 #
 # No GPU was available for these figures; `benchmarks/gpu_pretrain.sh` measures T5-Base with bf16 +
 # `torch.compile` (s/step, tokens/s, MFU, ours vs HF) on one.
