@@ -1074,7 +1074,6 @@ def _stop_on_nan(window_loss: list[torch.Tensor], checked: int, step: int, grad_
 def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: list[dict]) -> tuple[T5, int]:
     "Train `model` on `stream` as configured (resuming from the run dir); returns (unwrapped model, last step)"
     from tqdm.auto import tqdm
-    import hashlib
     run_dir, main = Path(cfg.logging.run_dir), accelerator.is_main_process
     optimizer = get_optimizer(cfg.optim.name, model.named_parameters(), cfg.optim.lr, cfg.optim.weight_decay)
     scheduler = get_lr_scheduler(cfg.optim.scheduler, optimizer, cfg.train.total_steps, cfg.optim.warmup_steps,
@@ -1118,13 +1117,12 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
 
     if step == 0:
         run_eval(0)  # the starting point of the held-out curve
-    window_loss, window_tokens, window_flops, window_start, first_batch_sha = [], 0, 0.0, time.time(), None
+    window_loss, window_tokens, window_flops, window_start = [], 0, 0.0, time.time()
     checked = 0  # micro-batch losses of the window already checked for NaN
     model.train()
     while step < cfg.train.total_steps:
         for _ in range(cfg.optim.grad_acc):
             batch = {k: v.to(device) for k, v in next(stream).items()}
-            first_batch_sha = first_batch_sha or hashlib.sha256(batch["input_ids"].cpu().numpy().tobytes()).hexdigest()
             with accelerator.accumulate(prepared):  # gradients are all-reduced on the last micro-batch only
                 with accelerator.autocast():
                     loss = model(batch["input_ids"], attention_mask=batch.get("attention_mask"),
@@ -1164,8 +1162,32 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
                             accelerator)
         window_start += time.time() - paused
     bar.close()
-    _write_process_manifest(run_dir, accelerator, first_batch_sha, unwrapped)
     return unwrapped, step
+
+
+# %% [markdown]
+# The multi-process tests need to know which rows each process trained on and whether all processes end with the
+# same weights. That instrumentation stays out of `fit`: `train` wraps the batch stream in `FirstBatchHash`,
+# which passes every batch through and remembers a hash of the first, and writes the manifest after `fit`.
+
+# %%
+#| export
+class FirstBatchHash:
+    "A batch stream that passes everything through and keeps the sha256 of the first batch's input_ids"
+    def __init__(self, stream):
+        self.stream, self.sha256 = stream, None
+
+    def __next__(self) -> dict:
+        import hashlib
+        batch = next(self.stream)
+        if self.sha256 is None:
+            self.sha256 = hashlib.sha256(batch["input_ids"].cpu().numpy().tobytes()).hexdigest()
+        return batch
+
+    def __getattr__(self, name):  # state_dict, load_state_dict, rows, ...: the wrapped stream's
+        if name == "stream":  # not set yet (e.g. while copying): no recursion
+            raise AttributeError(name)
+        return getattr(self.stream, name)
 
 
 def _write_process_manifest(run_dir: Path, accelerator, first_batch_sha: str | None, model: T5):
@@ -1230,11 +1252,13 @@ def train(cfg: Config) -> dict:
     stream = training_stream(cfg, tokenizer, collator, micro, accelerator.process_index, accelerator.num_processes)
     valid_batches = validation_batches(cfg, tokenizer)
 
+    stream = FirstBatchHash(stream)
     model, step = fit(cfg, accelerator, T5(cfg.model), tokenizer, stream, valid_batches)
+    _write_process_manifest(run_dir, accelerator, stream.sha256, model)
 
     summary = {"run_dir": str(run_dir), "steps": step, "wall_s": time.time() - t_start, "main_process": main}
     if main:
-        if isinstance(stream, BatchStream):  # baselines from one corruption of every training row (in memory)
+        if isinstance(stream.stream, BatchStream):  # baselines from one corruption of every training row (in memory)
             rows = stream.rows
             corrupt = SpanCorruptionCollator(tokenizer, *spans, seed=7)
             train_labels = torch.cat([corrupt(rows[i:i + 4096])["labels"] for i in range(0, len(rows), 4096)])

@@ -354,7 +354,9 @@ test_eq("Did you mean optim.lr" in err.getvalue(), True)
 # %%
 with contextlib.redirect_stdout(out := io.StringIO()): rc = main(["pretrain", "t5-base", "optim.lr=1e-2", "--print-config"])
 test_eq(rc, 0)
-print("\n".join(out.getvalue().splitlines()[:12]), "\n...")
+lines = out.getvalue().splitlines()
+optim_at = next(i for i, l in enumerate(lines) if l.startswith("optim:"))
+print("\n".join(lines[:6] + ["..."] + lines[optim_at:optim_at + 3]), "\n...")   # the model, and the overridden lr
 resolved = yaml.safe_load(out.getvalue())
 test_eq((resolved["model"]["d_model"], resolved["optim"]["lr"], resolved["train"]["total_steps"]), (768, 1e-2, 65536))
 
