@@ -2,18 +2,14 @@
 and an exact resume, 2-process DDP over gloo, and the `t5-base` preset end to end on CPU."""
 import hashlib
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-       "OMP_NUM_THREADS": "1"}
+from cli_runs import assert_same_run, kill_after_checkpoint, metrics, pretrain, pretrain_ddp
+
 SMALL = ["model.num_layers=1", "model.d_model=64", "model.d_kv=16", "model.num_heads=4", "model.d_ff=128",
          "optim.warmup_steps=4", "optim.lr=1e-2", "logging.every_steps=1", "eval.batches=1", "eval.batch_size=8",
          "logging.progress_bar=false"]
@@ -36,17 +32,6 @@ def c4_data(tmp_path_factory):
 def data_args(root, workers=2):
     return [f"data.corpus={root / 'c4'}", f"data.tokenizer={root / 'tok'}", "model.vocab_size=2048",
             f"data.num_workers={workers}", "data.shuffle_buffer=64"]
-
-
-def pretrain(run_dir, *overrides, popen=False):
-    cmd = [sys.executable, "-m", "nanot5_edu", "pretrain", *overrides, f"logging.run_dir={run_dir}"]
-    if popen:
-        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
-    return subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
-
-
-def metrics(run_dir):
-    return [json.loads(l) for l in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
 def stream_of(args, rank=0, world_size=1):
@@ -78,14 +63,7 @@ def test_kill_9_of_a_streamed_run_resumes_exactly(tmp_path, c4_data):
     straight = pretrain(tmp_path / "straight", *args)
     assert straight.returncode == 0, straight.stderr[-3000:]
 
-    proc = pretrain(tmp_path / "killed", *args, popen=True)
-    first_ckpt = tmp_path / "killed" / "checkpoints" / "step_00000010"
-    deadline = time.time() + 300
-    while not first_ckpt.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    kill_after_checkpoint(tmp_path / "killed", args, "step_00000010")
     last = sorted((tmp_path / "killed" / "checkpoints").glob("step_*"))[-1]
     killed_at = json.loads((last / "trainer_state.json").read_text())["step"]
     assert killed_at < 40
@@ -94,10 +72,7 @@ def test_kill_9_of_a_streamed_run_resumes_exactly(tmp_path, c4_data):
     resumed = pretrain(tmp_path / "killed", *args)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stdout
-    losses = lambda d: [(m["step"], m.get("loss"), m.get("eval_loss")) for m in metrics(d)]
-    assert losses(tmp_path / "killed") == losses(tmp_path / "straight")
-    weights = lambda d: json.loads((d / "processes" / "rank_0.json").read_text())["weights_sha256"]
-    assert weights(tmp_path / "killed") == weights(tmp_path / "straight")
+    assert_same_run(tmp_path / "killed", tmp_path / "straight")
 
     # the batches of the 5 steps after the checkpoint (2 micro-batches each), resumed vs uninterrupted
     fresh, _ = stream_of(args)
@@ -137,16 +112,8 @@ def test_streamed_epoch_splits_rows_between_processes(c4_data):
 
 
 def test_two_process_ddp_on_a_streamed_corpus(tmp_path, c4_data):
-    cmd = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "nanot5_edu", "pretrain", *SMALL,
-           *data_args(c4_data, workers=1), "optim.batch_size=8", "train.total_steps=6", "checkpoint.every_steps=3",
-           "eval.every_steps=6", f"logging.run_dir={tmp_path}"]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    ranks = [json.loads((tmp_path / "processes" / f"rank_{i}.json").read_text()) for i in (0, 1)]
-    assert [m["world_size"] for m in ranks] == [2, 2]
-    assert ranks[0]["first_batch_sha256"] != ranks[1]["first_batch_sha256"]  # each rank trains on its own rows
-    assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]        # and DDP keeps the weights equal
+    pretrain_ddp(tmp_path, *SMALL, *data_args(c4_data, workers=1), "optim.batch_size=8", "train.total_steps=6",
+                 "checkpoint.every_steps=3", "eval.every_steps=6")
     states = [torch.load(tmp_path / "checkpoints" / "step_00000006" / f"process_{i}.pt", weights_only=True)
               for i in (0, 1)]
     assert all("loader" in s["stream"] for s in states)  # each process saved its own stream position

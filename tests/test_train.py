@@ -1,17 +1,11 @@
 """Integration tests of pre-training as a user runs it: the CLI in subprocesses, a real `kill -9` and exact resume,
 a 2-process DDP run through `accelerate launch`, and errors reported before any compute."""
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-       "OMP_NUM_THREADS": "1"}
+from cli_runs import assert_same_run, kill_after_checkpoint, metrics, pretrain, pretrain_ddp
+
 SMALL = ["model.num_layers=1", "model.d_model=64", "model.d_kv=16", "model.num_heads=4", "model.d_ff=128",
          "model.vocab_size=2048", "optim.batch_size=8", "optim.warmup_steps=4", "optim.lr=1e-2",
          "logging.every_steps=1", "eval.batches=1", "eval.batch_size=8", "logging.progress_bar=false"]
@@ -29,17 +23,6 @@ def small_data(tmp_path_factory):
     return [f"data.corpus={root / 'speeches.jsonl'}", f"data.tokenizer={root / 'tok'}"]
 
 
-def pretrain(run_dir, *overrides, popen=False):
-    cmd = [sys.executable, "-m", "nanot5_edu", "pretrain", *overrides, f"logging.run_dir={run_dir}"]
-    if popen:
-        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
-    return subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
-
-
-def metrics(run_dir):
-    return [json.loads(l) for l in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
-
-
 def test_kill_9_and_resume_gives_identical_losses(tmp_path, small_data):
     args = [*SMALL, *small_data, "train.total_steps=160", "checkpoint.every_steps=20", "eval.every_steps=40"]
     straight = pretrain(tmp_path / "straight", *args)
@@ -48,36 +31,18 @@ def test_kill_9_and_resume_gives_identical_losses(tmp_path, small_data):
     assert f"encoder gain:    {final_eval['encoder_gain']:.3f} nats" in straight.stdout  # the run summary shows it
     assert "| encoder gain " in straight.stdout  # and so does each evaluation's log line
 
-    proc = pretrain(tmp_path / "killed", *args, popen=True)
-    first_ckpt = tmp_path / "killed" / "checkpoints" / "step_00000020"
-    deadline = time.time() + 300
-    while not first_ckpt.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    kill_after_checkpoint(tmp_path / "killed", args, "step_00000020")
     done = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").glob("step_*"))
     assert done and done[-1] < "step_00000160"
 
     resumed = pretrain(tmp_path / "killed", *args)
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from" in resumed.stdout
-    losses = lambda d: [(m["step"], m.get("loss"), m.get("eval_loss")) for m in metrics(d)]
-    assert losses(tmp_path / "killed") == losses(tmp_path / "straight")
-    weights = lambda d: json.loads((d / "processes" / "rank_0.json").read_text())["weights_sha256"]
-    assert weights(tmp_path / "killed") == weights(tmp_path / "straight")
+    assert_same_run(tmp_path / "killed", tmp_path / "straight")
 
 
 def test_two_process_ddp_on_cpu(tmp_path, small_data):
-    cmd = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "nanot5_edu", "pretrain", *SMALL, *small_data,
-           "train.total_steps=6", "checkpoint.every_steps=3", "eval.every_steps=6", f"logging.run_dir={tmp_path}"]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    ranks = [json.loads((tmp_path / "processes" / f"rank_{i}.json").read_text()) for i in (0, 1)]
-    assert [m["world_size"] for m in ranks] == [2, 2]
-    assert ranks[0]["first_batch_sha256"] != ranks[1]["first_batch_sha256"]  # each rank trains on its own rows
-    assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]        # and DDP keeps the weights equal
+    pretrain_ddp(tmp_path, *SMALL, *small_data, "train.total_steps=6", "checkpoint.every_steps=3", "eval.every_steps=6")
     assert sorted(p.name for p in (tmp_path / "checkpoints" / "step_00000006").glob("process_*.pt")) == \
         ["process_0.pt", "process_1.pt"]
     # the evaluation logged under DDP equals a single-process evaluation of the final weights
