@@ -76,6 +76,18 @@ def run(*args):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def cpu_model() -> str:
+    "The CPU's model name (speed ratios differ between CPUs: every figure is printed with it)"
+    import platform
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer steps per row")
@@ -101,14 +113,17 @@ def main():
             print(f"{impl:6} {s:8.3f} {args.batch * 626 / s:10,.0f} {mfu:>6} {mem / 1024:8.1f}", flush=True)
         print(f"speed-up ours vs HF: {res['hf'][0] / res['ours'][0]:.2f}x")
         return
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; s/step = median; mem = peak RSS growth (MB)")
-    print(f"{'row':44} {'ours s':>8} {'HF s':>8} {'speed-up':>9} {'ours MB':>8} {'HF MB':>8}")
+    cpu = cpu_model()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU {cpu}; s/step = median; "
+          "mem = peak RSS growth (MB)")
+    print(f"{'row':44} {'ours s':>8} {'HF s':>8} {'speed-up':>9} {'ours MB':>8} {'HF MB':>8}  CPU")
     for preset, b, s, t, prec, mode in CPU_ROWS:
         steps = 2 if args.quick or preset != "tiny" else 5
         ours = run("ours", preset, b, s, t, prec, mode, steps)
         hf = run("hf", preset, b, s, t, prec, mode, steps)
         what = f"{mode} {preset} b{b} {s}->{t if mode == 'train' else 32} {prec}"
-        print(f"{what:44} {ours[0]:8.3f} {hf[0]:8.3f} {hf[0] / ours[0]:8.2f}x {ours[1]:8.0f} {hf[1]:8.0f}", flush=True)
+        print(f"{what:44} {ours[0]:8.3f} {hf[0]:8.3f} {hf[0] / ours[0]:8.2f}x {ours[1]:8.0f} {hf[1]:8.0f}  {cpu}",
+              flush=True)
 
 
 if __name__ == "__main__":

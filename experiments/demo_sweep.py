@@ -128,11 +128,13 @@ def run(name: str, overrides: list[str], budget_s: float, seed: int, eval_points
     wall = time.time() - t0
     rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train_ms = [r["ms_per_step"] for r in rows if "ms_per_step" in r]
-    curve = [{"step": r["step"], "eval_loss": r["eval_loss"], "encoder_gain": r["encoder_gain"]}
+    gains = ("encoder_gain", "span_gain", "document_gain")
+    curve = [{"step": r["step"], "eval_loss": r["eval_loss"], **{g: r.get(g) for g in gains}}
              for r in rows if "eval_loss" in r]
     return {"name": name, "overrides": overrides, "seed": seed, "budget_s": budget_s, "calib_ms_per_step": ms,
             "steps": steps, "ms_per_step": sum(train_ms) / len(train_ms), "wall_s": wall,
-            "eval_loss": s["final_eval_loss"], "encoder_gain": s["final_encoder_gain"],
+            "eval_loss": s["final_eval_loss"], **{g: s[f"final_{g}"] for g in gains},
+            **{f"{g}_ci95": s[f"final_{g}_ci95"] for g in gains},
             "eval_accuracy": s["final_eval_accuracy"], "curve": curve}
 
 

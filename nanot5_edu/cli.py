@@ -6,12 +6,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['OLD_FLAGS', 'corpus_stats_cmd', 'saved_overrides', 'config_yaml', 'pretrain_cmd', 'finetune_cmd', 'evaluate_cmd',
-           'build_parser', 'parse_args', 'main']
+__all__ = ['CARDS', 'OLD_FLAGS', 'EXIT_DONE', 'EXIT_ERROR', 'EXIT_STOPPED', 'corpus_stats_cmd', 'saved_overrides', 'config_yaml',
+           'resource_estimates', 'pretrain_cmd', 'finetune_cmd', 'evaluate_cmd', 'build_parser', 'parse_args', 'main']
 
 # %% ../nbs/07_cli.ipynb #1bc96a58
 def corpus_stats_cmd(args: argparse.Namespace) -> int:
@@ -59,17 +60,41 @@ def config_yaml(cfg) -> str:
     from omegaconf import OmegaConf
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
+
+# GPUs people have: memory a process can use (GiB) and the name PEAK_TFLOPS knows them by
+CARDS = {"Tesla T4": 14.7, "NVIDIA L4": 22.0, "NVIDIA A100-SXM4-40GB": 39.4, "NVIDIA A100-SXM4-80GB": 79.3,
+         "NVIDIA H100 80GB HBM3": 79.2}
+
+
+def resource_estimates(cfg, world_size: int = 1, mfu: float = 0.3) -> str:
+    "Memory (estimate_memory) and time (flops_per_step at an assumed MFU) of a pre-training config, as YAML comments"
+    from nanot5_edu.train import PEAK_TFLOPS, estimate_memory, estimate_time
+    e, GiB = estimate_memory(cfg, world_size), 2 ** 30
+    parts = ", ".join(f"{k.replace('_', ' ')} {e[k] / GiB:.1f}" for k in
+                      ("weights", "gradients", "optimizer_state", "weight_copies_16bit", "activations", "logits"))
+    lines = [f"ESTIMATES, not measurements, for {world_size} process(es) at micro-batch {e['micro_batch']}:",
+             f"  GPU memory per process (estimate_memory): {e['total'] / GiB:.1f} GiB = {parts}",
+             f"  time at an assumed {mfu:.0%} MFU (nanoT5 measured 31% on an A100), {cfg.train.total_steps:,} steps:"]
+    for name, memory in CARDS.items():
+        t = estimate_time(cfg, PEAK_TFLOPS[name], mfu, world_size)
+        fits = "fits" if e["total"] / GiB < 0.9 * memory else "does NOT fit: raise optim.grad_acc"
+        total = f"{t['total_h'] * 60:.0f} min" if t["total_h"] < 2 else f"{t['total_h']:.1f} h"
+        lines.append(f"    {name:22} {memory:5.1f} GiB  {fits:34} {t['step_s']:7.3f} s/step  {total:>8}")
+    lines.append("  measure them on your GPU: bash benchmarks/gpu_check.sh")
+    return "".join(f"# {l}\n" for l in lines)
+
 # %% ../nbs/07_cli.ipynb #001c3fda
 def pretrain_cmd(args: argparse.Namespace) -> int:
     "Pre-train with a preset (or a saved config) and key=value overrides; print where everything went"
-    from nanot5_edu.train import ConfigError, make_config, train
+    from nanot5_edu.train import ConfigError, make_config, train, validate_config
     items = list(args.overrides)
     preset = items.pop(0) if items and "=" not in items[0] else None
     if preset and args.config:
         raise ConfigError(f"Give a preset ({preset}) or --config, not both: the saved config sets every key.")
     cfg = make_config(preset or "cpu-demo", [*saved_overrides(args.config), *items] if args.config else items)
-    if args.print_config:
-        print(config_yaml(cfg), end="")
+    if args.print_config:  # checked first: a config that cannot run is an error here too
+        validate_config(cfg, int(os.environ.get("WORLD_SIZE", 1)))
+        print(config_yaml(cfg) + resource_estimates(cfg, int(os.environ.get("WORLD_SIZE", 1))), end="")
         return 0
     summary = train(cfg)
     if not summary["main_process"]:  # other processes of a multi-process run stay quiet
@@ -79,8 +104,19 @@ def pretrain_cmd(args: argparse.Namespace) -> int:
         print(f"validation loss: {summary['first_eval_loss']:.3f} at the first evaluation -> "
               f"{summary['final_eval_loss']:.3f} (token accuracy {summary['final_eval_accuracy']:.1%})")
     if summary.get("final_encoder_gain") is not None:
-        print(f"encoder gain:    {summary['final_encoder_gain']:.3f} nats (held-out loss with another row's encoder "
-              f"input, {summary['final_eval_loss_shuffled_encoder']:.3f}, minus the loss with its own)")
+        ci = lambda k: "[{:.3f}, {:.3f}]".format(*summary[f"final_{k}_ci95"])
+        print(f"encoder gain:    {summary['final_encoder_gain']:.3f} nats, 95% {ci('encoder_gain')} (loss with (c) another "
+              f"document's input {summary['final_eval_loss_other_document']:.3f} minus (a) its own "
+              f"{summary['final_eval_loss_own']:.3f})")
+        print(f"  span gain:     {summary['final_span_gain']:.3f} nats, 95% {ci('span_gain')} (loss with (b) another "
+              f"passage of the same document {summary['final_eval_loss_same_document']:.3f} minus (a))")
+        print(f"  document gain: {summary['final_document_gain']:.3f} nats, 95% {ci('document_gain')} ((c) minus (b))")
+        print(f"                 on {summary['final_eval_gain_rows']} held-out rows of {summary['final_eval_documents']} "
+              "documents; intervals: bootstrap over documents")
+    elif summary.get("final_eval_documents") is not None:
+        print(f"encoder gain:    not measured: the held-out rows cover {summary['final_eval_documents']} document(s) and "
+              f"{summary['final_eval_gain_rows']} rows have both another passage of their document and another document "
+              "(a streamed corpus is evaluated on its first eval.batches x eval.batch_size rows: raise them)")
     if "unigram" in summary:
         print(f"baselines:       unigram entropy {summary['unigram']:.3f}, "
               f"per-position unigram {summary['per_position_unigram']:.3f}")
@@ -220,13 +256,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+EXIT_DONE, EXIT_ERROR, EXIT_STOPPED = 0, 2, 3
+
+
+def _run_stopped() -> tuple:
+    "RunStopped when a job has loaded nanot5_edu.train (every job that can stop has), else nothing to catch"
+    train = sys.modules.get("nanot5_edu.train")  # not imported here: `nanot5-edu --help` stays instant
+    return (train.RunStopped,) if train else ()
+
+
 def main(argv: list[str] | None = None) -> int:
-    "Entry point of the `nanot5-edu` console script"
+    "Entry point of the `nanot5-edu` console script; returns its exit status (EXIT_DONE, EXIT_ERROR, EXIT_STOPPED)"
     args = parse_args(argv)
     try:
         return args.func(args)
+    except _run_stopped() as e:  # SIGTERM, Ctrl-C or train.max_minutes: a checkpoint is written, the run can go on
+        if e.main_process:
+            launch = (f"accelerate launch --multi_gpu --num_processes {e.num_processes} -m nanot5_edu" if e.num_processes > 1
+                      else "nanot5-edu")
+            print(f"{e}\nresume: {launch} {args.command} --config {e.run_dir}", file=sys.stderr)
+        return EXIT_STOPPED
     except (ValueError, RuntimeError) as e:
         if not type(e).__module__.startswith("nanot5_edu"):
             raise  # a bug, not bad input: keep the traceback
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR

@@ -11,6 +11,7 @@ import glob as globlib
 import gzip
 import json
 import os
+import re
 import statistics
 from importlib import resources
 from pathlib import Path
@@ -19,8 +20,9 @@ import datasets
 
 # %% auto #0
 __all__ = ['SOTU_VALIDATION_YEAR_DIGIT', 'TEXT_SUFFIXES', 'VALIDATION_EVERY', 'C4_TEXT_COLUMNS', 'C4_FEATURES', 'OFFLINE_VARS',
-           'NAMED_CORPORA', 'FILE_OPTIONS', 'CorpusError', 'load_sotu', 'load_files', 'load_c4', 'write_c4_shards',
-           'is_c4_folder', 'load_corpus', 'corpus_stats', 'format_stats']
+           'NAMED_CORPORA', 'FILE_OPTIONS', 'RESULTS_URL', 'CorpusError', 'load_sotu', 'load_files', 'load_c4',
+           'write_c4_shards', 'is_c4_folder', 'is_c4_shards', 'load_corpus', 'corpus_stats', 'format_stats',
+           'results_file']
 
 # %% ../nbs/00_data.ipynb #de34edba
 class CorpusError(ValueError):
@@ -158,16 +160,26 @@ _C4_ADVICE = ("or pre-train on local files instead: `load_corpus('path/to/*.json
               "(or 'sotu' for the embedded corpus).")
 
 
+def _c4_shard_glob(spec: str | Path, split: str) -> str:
+    "The glob of `split`'s shards: in a folder, or the same path/glob as a shard glob with its split swapped"
+    p = Path(spec).expanduser()
+    if p.is_dir():
+        return str(p / f"c4-{split}.*.json.gz")
+    return str(p.with_name(re.sub(r"^c4-(train|validation)\.", f"c4-{split}.", p.name)))
+
+
 def load_c4(split: str = "train",
-            data_dir: str | Path | None = None,  # a local folder of `c4-{split}.*.json.gz` shards; None: the hub
+            data_dir: str | Path | None = None,  # local shards: a folder of them, or a path/glob such as
+                                                 # /data/c4/en/c4-train.*.json.gz (validation: c4-validation.*); None: the hub
             ) -> datasets.IterableDataset:
-    "nanoT5's corpus streamed: `allenai/c4` config `en` from the hub (needs internet), or a local folder of its shards"
+    "nanoT5's corpus streamed: `allenai/c4` config `en` from the hub (needs internet), or local shards of it"
     _check_split(split)
     if data_dir is not None:
-        files = sorted(Path(data_dir).expanduser().glob(f"c4-{split}.*.json.gz"))
+        pattern = _c4_shard_glob(data_dir, split)
+        files = sorted(Path(f) for f in globlib.glob(pattern))
         if not files:
-            raise CorpusError(f"{data_dir} has no c4-{split}.*.json.gz shards: copy some from allenai/c4's en/ "
-                              "folder, or write a stand-in with write_c4_shards.")
+            raise CorpusError(f"No C4 {split} shards match {pattern}: copy some from allenai/c4's en/ folder "
+                              f"(c4-{split}.*.json.gz), or write a stand-in with write_c4_shards.")
         ds = datasets.load_dataset("json", data_files=[str(f) for f in files], split="train", streaming=True,
                                    features=C4_FEATURES)
         return ds.select_columns(C4_TEXT_COLUMNS)
@@ -203,16 +215,22 @@ def is_c4_folder(spec: str | Path) -> bool:
     "Is `spec` a folder of C4-format training shards (`c4-train.*.json.gz`)?"
     return Path(spec).expanduser().is_dir() and any(Path(spec).expanduser().glob("c4-train.*.json.gz"))
 
+
+def is_c4_shards(spec: str | Path) -> bool:
+    "Is `spec` C4-format shards: a folder of them, or a path/glob naming `c4-train.*.json.gz` (or validation) files?"
+    name = Path(spec).expanduser().name
+    return is_c4_folder(spec) or bool(re.match(r"c4-(train|validation)\.", name) and name.endswith(".json.gz"))
+
 # %% ../nbs/00_data.ipynb #a10f7e69
 NAMED_CORPORA = {"sotu": load_sotu, "c4": load_c4}
 FILE_OPTIONS = ("txt_doc_per_file",)  # keyword options of `load_files`, the only ones `load_corpus` passes on
 
 
-def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', a folder of C4 shards, or a path/glob of .txt/.json(l)/.parquet
+def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', C4 shards (a folder, or a c4-train.*.json.gz glob), or a path/glob of .txt/.json(l)/.parquet
                 split: str = "train",  # 'train' or 'validation'
                 **kwargs,  # options for local files (`txt_doc_per_file`); named corpora take none
                 ) -> datasets.Dataset | datasets.IterableDataset:
-    "Load a corpus as a Dataset (IterableDataset for C4 and a folder of C4 shards) with a `text` column"
+    "Load a corpus as a Dataset (IterableDataset for C4 and local C4 shards) with a `text` column"
     _check_split(split)
     if not isinstance(spec, (str, os.PathLike)) or not str(spec).strip():
         raise CorpusError(f"Corpus spec must be a non-empty string, got {spec!r}: use 'sotu', 'c4' or a path.")
@@ -222,7 +240,7 @@ def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', a folder of C4 shards, or a
             raise CorpusError(f"load_corpus({spec!r}) takes no options, got {', '.join(sorted(kwargs))}: options "
                               f"({', '.join(FILE_OPTIONS)}) apply to local files only.")
         return NAMED_CORPORA[spec](split)
-    if is_c4_folder(spec) and not kwargs:
+    if is_c4_shards(spec) and not kwargs:
         return load_c4(split, spec)
     looks_like_path = any(c in spec for c in "/\\*?[") or Path(spec).suffix or Path(spec).exists()
     if not looks_like_path:
@@ -256,3 +274,27 @@ def format_stats(stats: dict[str, dict]) -> str:
     for key in next(iter(stats.values())):
         rows.append(f"| {key} | " + " | ".join(f"{stats[n][key]:,}" for n in names) + " |")
     return "\n".join(rows)
+
+# %% ../nbs/00_data.ipynb #ad05ff72
+RESULTS_URL = "https://raw.githubusercontent.com/nanot5-edu/nanot5_edu/main/nbs/results/"
+
+
+def results_file(name: str) -> Path:
+    """`results/<name>` where the notebook runs if it is there; else the repository's copy, fetched into
+    ~/.cache/nanot5_edu/results; if that fails too, the local path (missing) after saying why"""
+    local = Path("results") / name
+    if local.exists():
+        return local
+    import urllib.request
+    url = os.environ.get("NANOT5_EDU_RESULTS_URL", RESULTS_URL).rstrip("/") + "/" + name
+    cached = Path(os.environ.get("NANOT5_EDU_CACHE", "~/.cache/nanot5_edu")).expanduser() / "results" / name
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            data = response.read()
+    except OSError as e:
+        print(f"{local} is not here and {url} could not be fetched ({e}): run this notebook from the repository's "
+              "nbs/ folder, or run the slow cells that write it.")
+        return local
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_bytes(data)
+    return cached

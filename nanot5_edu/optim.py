@@ -53,15 +53,20 @@ class AdamWScale(Optimizer):
         vs = [self.state[p]["exp_avg_sq"] for p in params]
         for p in params:
             self.state[p]["step"] += 1
-        norms = torch.stack(torch._foreach_norm(params)).tolist()  # one device sync for all tensors' RMS
-        step_sizes = [-group["lr"] * math.sqrt(1 - beta2 ** self.state[p]["step"]) / (1 - beta1 ** self.state[p]["step"])
-                      * max(1e-3, norm / math.sqrt(p.numel())) for p, norm in zip(params, norms)]
+        # α per tensor stays on the device: reading the RMS values back (.tolist()) would make the CPU wait for
+        # the GPU to finish the step before it could queue the next one
+        alphas = torch._foreach_norm(params)                                   # ‖θ‖₂, before the update
+        torch._foreach_mul_(alphas, [1 / math.sqrt(p.numel()) for p in params])  # RMS(θ)
+        torch._foreach_clamp_min_(alphas, 1e-3)                                # max(1e-3, RMS(θ))
+        torch._foreach_mul_(alphas, [group["lr"] * math.sqrt(1 - beta2 ** self.state[p]["step"])
+                                     / (1 - beta1 ** self.state[p]["step"]) for p in params])  # α
         torch._foreach_lerp_(ms, grads, 1 - beta1)
         torch._foreach_mul_(vs, beta2)
         torch._foreach_addcmul_(vs, grads, grads, value=1 - beta2)
         denoms = torch._foreach_sqrt(vs)
         torch._foreach_add_(denoms, group["eps"])
-        torch._foreach_addcdiv_(params, ms, denoms, step_sizes)  # θ ← θ − α·m/denom, α per tensor
+        torch._foreach_div_(denoms, alphas)  # denom/α, as torch.optim.Adam does with capturable=True
+        torch._foreach_addcdiv_(params, ms, denoms, value=-1)  # θ ← θ − m/(denom/α) = θ − α·m/denom
         if group["weight_decay"] > 0:
             torch._foreach_mul_(params, 1 - group["lr"] * group["weight_decay"])
 

@@ -16,8 +16,8 @@ from .tokenizer import NUM_SENTINELS, TokenizerError, encode_batch, sentinel_ids
 
 # %% auto #0
 __all__ = ['SpanCorruptionError', 'noise_counts', 'compute_input_and_target_lengths', 'random_segmentation', 'example_noise_mask',
-           'corrupt_example', 'uncorrupt', 'pack_token_rows', 'pack_dataset', 'random_cuts', 'random_spans_noise_mask',
-           'corrupt_spans', 'SpanCorruptionCollator']
+           'corrupt_example', 'uncorrupt', 'pack_token_rows', 'row_documents', 'pack_dataset', 'random_cuts',
+           'random_spans_noise_mask', 'corrupt_spans', 'SpanCorruptionCollator']
 
 # %% ../nbs/02_span_corruption.ipynb #f1ffb9d6
 class SpanCorruptionError(ValueError):
@@ -130,11 +130,29 @@ def pack_token_rows(token_lists: Sequence[Sequence[int]], raw_length: int) -> li
     return [flat[i:i + raw_length] for i in range(0, len(flat) - raw_length + 1, raw_length)]
 
 
-def pack_dataset(ds, tokenizer, raw_length: int, group_size: int = 1000):
-    "Tokenize a `text` dataset (map-style or streaming) into packed rows: a dataset with `input_ids` [raw_length]"
-    def pack(batch):
-        return {"input_ids": pack_token_rows(encode_batch(tokenizer, batch["text"]), raw_length)}
-    return ds.map(pack, batched=True, batch_size=group_size, remove_columns=ds.column_names)
+def row_documents(token_lists: Sequence[Sequence[int]], raw_length: int) -> list[int]:
+    "For each row `pack_token_rows` cuts from these documents: the index of the document most of its tokens come from"
+    lengths = torch.tensor([len(ids) for ids in token_lists], dtype=torch.long)
+    num_rows = int(lengths.sum()) // raw_length
+    if num_rows == 0:
+        return []
+    owner = torch.repeat_interleave(torch.arange(len(lengths)), lengths)[:num_rows * raw_length]
+    return torch.mode(owner.view(num_rows, raw_length), dim=1).values.tolist()
+
+
+def pack_dataset(ds, tokenizer, raw_length: int, group_size: int = 1000, documents: bool = False):
+    """Tokenize a `text` dataset (map-style or streaming) into packed rows: a dataset with `input_ids` [raw_length]
+    (and with `documents=True`, `document`: the index in `ds` of the document most of the row comes from)"""
+    def pack(batch, indices=None):
+        ids = encode_batch(tokenizer, batch["text"])
+        out = {"input_ids": pack_token_rows(ids, raw_length)}
+        if documents:
+            out["document"] = [indices[d] for d in row_documents(ids, raw_length)]
+        return out
+    # select first: a stream whose features are unknown (from the hub) has column_names None, so its other
+    # columns (C4's timestamp, url) could not be named in remove_columns, and the batched map would keep them
+    return ds.select_columns(["text"]).map(pack, batched=True, batch_size=group_size, remove_columns=["text"],
+                                           with_indices=documents)
 
 # %% ../nbs/02_span_corruption.ipynb #15a0bd57
 def _draws_per_round(size: int, count: int) -> int:

@@ -104,8 +104,18 @@ def load_tokenizer(path: str | Path) -> T5TokenizerFast:
 def encode_batch(tokenizer: PreTrainedTokenizerBase, texts: list[str], add_eos: bool = True) -> list[list[int]]:
     "Token ids of each text (EOS appended when `add_eos`), through the Rust tokenizer's fastest batch path"
     backend = tokenizer.backend_tokenizer
-    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
-    ids = [e.ids for e in encode(list(texts), add_special_tokens=False)]
+    # a call like `tokenizer(texts, padding=True, truncation=True)` leaves padding and truncation switched on in the
+    # backend (transformers 5): switch them off for this call and restore them after
+    padding, truncation = backend.padding, backend.truncation
+    backend.no_padding(); backend.no_truncation()
+    try:
+        encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+        ids = [e.ids for e in encode(list(texts), add_special_tokens=False)]
+    finally:
+        if padding:
+            backend.enable_padding(**padding)
+        if truncation:
+            backend.enable_truncation(**truncation)
     if add_eos:
         for row in ids:
             row.append(tokenizer.eos_token_id)

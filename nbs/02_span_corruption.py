@@ -407,15 +407,34 @@ def pack_token_rows(token_lists: Sequence[Sequence[int]], raw_length: int) -> li
     return [flat[i:i + raw_length] for i in range(0, len(flat) - raw_length + 1, raw_length)]
 
 
-def pack_dataset(ds, tokenizer, raw_length: int, group_size: int = 1000):
-    "Tokenize a `text` dataset (map-style or streaming) into packed rows: a dataset with `input_ids` [raw_length]"
-    def pack(batch):
-        return {"input_ids": pack_token_rows(encode_batch(tokenizer, batch["text"]), raw_length)}
-    return ds.map(pack, batched=True, batch_size=group_size, remove_columns=ds.column_names)
+def row_documents(token_lists: Sequence[Sequence[int]], raw_length: int) -> list[int]:
+    "For each row `pack_token_rows` cuts from these documents: the index of the document most of its tokens come from"
+    lengths = torch.tensor([len(ids) for ids in token_lists], dtype=torch.long)
+    num_rows = int(lengths.sum()) // raw_length
+    if num_rows == 0:
+        return []
+    owner = torch.repeat_interleave(torch.arange(len(lengths)), lengths)[:num_rows * raw_length]
+    return torch.mode(owner.view(num_rows, raw_length), dim=1).values.tolist()
+
+
+def pack_dataset(ds, tokenizer, raw_length: int, group_size: int = 1000, documents: bool = False):
+    """Tokenize a `text` dataset (map-style or streaming) into packed rows: a dataset with `input_ids` [raw_length]
+    (and with `documents=True`, `document`: the index in `ds` of the document most of the row comes from)"""
+    def pack(batch, indices=None):
+        ids = encode_batch(tokenizer, batch["text"])
+        out = {"input_ids": pack_token_rows(ids, raw_length)}
+        if documents:
+            out["document"] = [indices[d] for d in row_documents(ids, raw_length)]
+        return out
+    # select first: a stream whose features are unknown (from the hub) has column_names None, so its other
+    # columns (C4's timestamp, url) could not be named in remove_columns, and the batched map would keep them
+    return ds.select_columns(["text"]).map(pack, batched=True, batch_size=group_size, remove_columns=["text"],
+                                           with_indices=documents)
 
 
 # %%
 test_eq(pack_token_rows([[5, 6, 1], [7, 1], [8, 9, 10, 1]], 4), [[5, 6, 1, 7], [1, 8, 9, 10]])
+test_eq(row_documents([[5, 6, 1], [7, 1], [8, 9, 10, 1]], 4), [0, 2])  # row 0: 3 tokens of doc 0; row 1: 3 of doc 2
 import datasets
 datasets.disable_progress_bars()
 valid_docs = load_corpus("sotu", "validation")
@@ -424,6 +443,14 @@ streamed = pack_dataset(valid_docs.to_iterable_dataset(), tok, 568)
 test_eq(next(iter(streamed))["input_ids"], packed[0]["input_ids"])   # same rows when streamed
 test_eq(len(packed), sum(map(len, encode_batch(tok, valid_docs["text"]))) // 568)
 print(f"{len(packed)} validation rows of {len(packed[0]['input_ids'])} raw tokens")
+
+# %%
+#| hide
+tagged = pack_dataset(valid_docs, tok, 568, documents=True)  # each row tagged with the document it mostly comes from
+test_eq(tagged["input_ids"], packed["input_ids"])
+test_eq([r["document"] for r in pack_dataset(valid_docs.to_iterable_dataset(), tok, 568, documents=True)], tagged["document"])
+test_eq(tagged["document"], sorted(tagged["document"]))
+test_eq(set(tagged["document"]), set(range(len(valid_docs))))  # every speech is longer than a row
 
 # %% [markdown]
 # ## Going faster

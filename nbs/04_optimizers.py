@@ -43,6 +43,7 @@ import numpy as np
 import matplotlib.pyplot as plt
 import ipywidgets as widgets
 from nanot5_edu.model import T5, get_config, ModelConfig
+from nanot5_edu.data import results_file
 
 random.seed(0); np.random.seed(0); torch.manual_seed(0);
 
@@ -50,8 +51,9 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # %% [markdown]
 # ## AdamWScale
 #
-# The update for a tensor θ with gradient g at step t (nanoT5's `AdamWScale`, as specified in
-# `../shared/reference/nanoT5.md` §5):
+# The update for a tensor θ with gradient g at step t (the `AdamWScale` class of nanoT5's repository,
+# [`nanoT5/utils/copied_utils.py`](https://github.com/PiotrNawrot/nanoT5/blob/main/nanoT5/utils/copied_utils.py);
+# arXiv 2309.02373):
 #
 # - `m ← β1·m + (1−β1)·g`, `v ← β2·v + (1−β2)·g²`, `denom = √v + eps` (eps on the *un-corrected* √v)
 # - `α = lr · √(1−β2^t) / (1−β1^t)` — bias correction folded into the step size
@@ -59,7 +61,8 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # - `θ ← θ − α · m / denom`, then, only when `weight_decay > 0`, `θ ← θ − lr · wd · θ`
 #
 # First the simplest loop over tensors (our draft, kept as `foreach=False` because it is the spec in code),
-# then the same with `torch._foreach_*` ops, which update all tensors in a few fused kernel launches.
+# then the same with `torch._foreach_*` ops, which update all tensors in a few fused kernel launches and keep
+# every per-tensor number on the device (the CPU never waits for a value to come back).
 
 # %%
 #| export
@@ -100,15 +103,20 @@ class AdamWScale(Optimizer):
         vs = [self.state[p]["exp_avg_sq"] for p in params]
         for p in params:
             self.state[p]["step"] += 1
-        norms = torch.stack(torch._foreach_norm(params)).tolist()  # one device sync for all tensors' RMS
-        step_sizes = [-group["lr"] * math.sqrt(1 - beta2 ** self.state[p]["step"]) / (1 - beta1 ** self.state[p]["step"])
-                      * max(1e-3, norm / math.sqrt(p.numel())) for p, norm in zip(params, norms)]
+        # α per tensor stays on the device: reading the RMS values back (.tolist()) would make the CPU wait for
+        # the GPU to finish the step before it could queue the next one
+        alphas = torch._foreach_norm(params)                                   # ‖θ‖₂, before the update
+        torch._foreach_mul_(alphas, [1 / math.sqrt(p.numel()) for p in params])  # RMS(θ)
+        torch._foreach_clamp_min_(alphas, 1e-3)                                # max(1e-3, RMS(θ))
+        torch._foreach_mul_(alphas, [group["lr"] * math.sqrt(1 - beta2 ** self.state[p]["step"])
+                                     / (1 - beta1 ** self.state[p]["step"]) for p in params])  # α
         torch._foreach_lerp_(ms, grads, 1 - beta1)
         torch._foreach_mul_(vs, beta2)
         torch._foreach_addcmul_(vs, grads, grads, value=1 - beta2)
         denoms = torch._foreach_sqrt(vs)
         torch._foreach_add_(denoms, group["eps"])
-        torch._foreach_addcdiv_(params, ms, denoms, step_sizes)  # θ ← θ − α·m/denom, α per tensor
+        torch._foreach_div_(denoms, alphas)  # denom/α, as torch.optim.Adam does with capturable=True
+        torch._foreach_addcdiv_(params, ms, denoms, value=-1)  # θ ← θ − m/(denom/α) = θ − α·m/denom
         if group["weight_decay"] > 0:
             torch._foreach_mul_(params, 1 - group["lr"] * group["weight_decay"])
 
@@ -422,9 +430,13 @@ widgets.interactive(plot_cosine, lr=widgets.FloatLogSlider(2e-2, base=10, min=-4
 # and plain AdamW diverges. Here we re-run that grid on the CPU demo's recipe (chosen in
 # [05_training](05_training.ipynb) as the one where the encoder starts to matter soonest on 2 cores): the
 # `tiny` model cut to 1 + 1 layers, learning rate 4e-2, the embedded corpus, inputs of 128 tokens, batch 16. Two measurements per
-# run, both on 512 held-out rows: the **held-out loss**, and the **encoder gain** — the loss when each row is
-# decoded from *another* row's encoder input minus the loss from its own. A low loss with no encoder gain is
-# a model of the targets alone; span corruption is learned when the gain grows.
+# run, both on 512 held-out rows: the **held-out loss**, and the **span gain** — the loss when each row is
+# decoded from the encoder input of *another passage of the same speech* minus the loss from its own input.
+# That other passage tells the decoder which speech it is in, but not what stood around the blanks, so a
+# positive span gain means the model fills spans from their context; a low loss with no span gain is a model of
+# the targets (and at most of the speech's topic). Here the 512 rows are consecutive passages, in batches of 64,
+# and each row gets the input of the row before it in its batch (the batch's first row gets its last): another
+# passage of the same speech for all rows but the 7 that start a new speech.
 #
 # What a fair comparison needs at this scale:
 # - **3 seeds per setting** (init, data order and masks all change with the seed), reported as mean ± sd. A
@@ -457,7 +469,7 @@ valid_batches = [SpanCorruptionCollator(tok, RECIPE["inputs_length"], seed=1234)
 
 
 def held_out(model) -> tuple[float, float]:
-    "Held-out loss, and the encoder gain: the loss with row i decoded from row i-1's input, minus the loss"
+    "Held-out loss, and the span gain: the loss with row i decoded from row i-1's input (the previous passage), minus the loss"
     model.eval()
     own, other = [], []
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
@@ -471,7 +483,7 @@ def held_out(model) -> tuple[float, float]:
 def run(optimizer, schedule, lr, steps, seed=0, grad_clip=1.0, eval_every=None,
         updates: list | None = None,  # if a list: each step appends every tensor's |Δθ| / (lr·|θ|)
         **model_overrides):
-    "Train the recipe's model for `steps`; return the curve [(step, held-out loss, encoder gain)]"
+    "Train the recipe's model for `steps`; return the curve [(step, held-out loss, span gain)]"
     torch.manual_seed(seed)
     model = T5(replace(RECIPE["model"], **model_overrides))
     opt = get_optimizer(optimizer, model.parameters(), lr)
@@ -517,11 +529,13 @@ test_eq((RECIPE["batch_size"], RECIPE["inputs_length"], RECIPE["lr"]),
 #
 # Adam's step for one weight is `lr · m̂/√v̂`. m̂ is a running mean of the weight's gradient and √v̂ its running
 # root mean square, so `|m̂|/√v̂` is 1 at the first step, stays near 1 while the gradient keeps its sign and falls
-# when it is noisy — whatever the weight's size. Every weight moves by about `lr` or less, so a tensor's
+# when it is noisy — whatever the weight's size. A weight typically moves by about `lr` or less (not always: when
+# one large gradient follows many small ones, m̂ grows faster than √v̂, and the step can reach
+# (1−β1)/√(1−β2) ≈ 3.2 × lr with β = (0.9, 0.999)), so a tensor's
 # **relative** change is `|Δθ|/|θ| = lr · RMS(m̂/√v̂) / RMS(θ)`: with plain AdamW at lr 4e-2, a `q` matrix (RMS 0.011
 # at init here) could change by 4e-2 / 0.011 ≈ 3.6 times its own size in one step, the embedding (RMS 1) by 4e-2.
 # One learning rate cannot suit both. Multiplying the step by `RMS(θ)` cancels the division: AdamWScale's relative
-# change is `lr · RMS(m̂/√v̂)`, about lr or less for every tensor. Adafactor's `scale_parameter` does the same,
+# change is `lr · RMS(m̂/√v̂)`, typically about lr or less for every tensor. Adafactor's `scale_parameter` does the same,
 # and its update clipping keeps `RMS(update) ≤ 1`, so its relative change is at most lr.
 #
 # To see it, `run(..., updates=[])` records `|Δθ| / (lr·|θ|)` for every tensor at every step: 1 on the dashed line
@@ -544,7 +558,7 @@ UPDATES.write_text(json.dumps({"steps": UPDATE_STEPS, "schedule": "cosine", "see
                                "tensors": [n for n, _ in T5(RECIPE["model"]).named_parameters()], "runs": runs}))
 
 # %%
-path = Path("results/relative_updates.json")
+path = results_file("relative_updates.json")  # nbs/results, or the repository's copy (00's appendix)
 if not path.exists():
     print(f"{path} is missing: run the #| slow cell above (3 runs of 200 steps).")
 else:
@@ -603,7 +617,7 @@ def record(name, optimizer, schedule, lr, seed, **kw):
     curve = run(optimizer, schedule, lr, STEPS, seed=seed, eval_every=STEPS // 3, **kw)
     results.append({"name": name, "optimizer": optimizer, "schedule": schedule, "lr": lr, "seed": seed,
                     "settings": {k: v for k, v in kw.items()}, "curve": curve, "seconds": time.time() - t0})
-    print(f"{name:28} seed {seed}  held-out {curve[-1][1]:.3f}  encoder gain {curve[-1][2]:.3f}  ({time.time() - t0:.0f} s)",
+    print(f"{name:28} seed {seed}  held-out {curve[-1][1]:.3f}  span gain {curve[-1][2]:.3f}  ({time.time() - t0:.0f} s)",
           flush=True)
 
 LR = RECIPE["lr"]
@@ -630,7 +644,7 @@ print(f"all runs: {(time.time() - t_start) / 60:.1f} min")
 # The saved results (from the slow cell above), as mean ± sd over the seeds:
 
 # %%
-saved = json.loads(Path("results/optimizers.json").read_text())
+saved = json.loads(results_file("optimizers.json").read_text())
 by_name = {}
 for r in saved["runs"]:
     by_name.setdefault(r["name"], []).append(r)
@@ -639,7 +653,7 @@ def stat(runs, i):
     return v.mean(), (v.std(ddof=1) if len(v) > 1 else float("nan")), len(v)
 print(f"{saved['steps']} steps x {saved['recipe']['batch_size']} x {saved['recipe']['inputs_length']} tokens; "
       f"all runs took {saved['minutes']:.1f} min on 2 CPU cores\n")
-print(f"| setting | seeds | held-out loss | encoder gain (nats) |\n|---|---|---|---|")
+print(f"| setting | seeds | held-out loss | span gain (nats) |\n|---|---|---|---|")
 for name, runs in by_name.items():
     (lm, ls, n), (gm, gs, _) = stat(runs, 1), stat(runs, 2)
     fmt = lambda m, sd: f"{m:.3f}" + ("" if np.isnan(sd) else f" ± {sd:.3f}")
@@ -653,7 +667,7 @@ for name, runs in by_name.items():
         steps_ = [c[0] for c in runs[0]["curve"]]
         line, = ax.plot(steps_, curves.mean(0), ".-", label=name)
         ax.fill_between(steps_, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.2)
-axs[0].set_ylim(top=7); axs[0].set_ylabel("held-out loss"); axs[1].set_ylabel("encoder gain (nats)")
+axs[0].set_ylim(top=7); axs[0].set_ylabel("held-out loss"); axs[1].set_ylabel("span gain (nats)")
 for ax in axs: ax.set_xlabel("step")
 axs[1].legend(fontsize=8); axs[0].set_title("mean of 3 seeds, band: min-max"); plt.tight_layout(); plt.show()
 
@@ -673,19 +687,17 @@ print(f"one run here: {ours / 1e12:.1f} TFLOP; one nanoT5 run: {nanot5 / 1e18:.2
 # %% [markdown]
 # **What the saved results show** (300 steps per run, 3 seeds, 25 minutes on 2 CPU cores in all):
 #
-# - **No run has started to use its encoder**: the mean encoder gain is at most 0.003 nats (single runs at most
-#   0.005), the size of the untrained model's own gain at step 0 (0.0017): noise. Here "another row" is the *previous* held-out row — usually the next passage of the same speech, on
-#   the same topic — so this gain counts only what the model takes from the local context. So this table
-#   ranks how fast each optimizer learns a model of the *targets* — the phase before span filling, which in
-#   05's sweep (same model and lr, held-out rows shuffled across speeches) grows from 0.012 at step 217 to 0.041
-#   at 434 and 0.080 at 868. It cannot test nanoT5's claim, which is about the end of a run ≈ 4.8 × 10⁵ times
-#   bigger (the cell above).
+# - **No run has started to fill spans**: the mean span gain is at most 0.003 nats (single runs at most 0.005),
+#   the size of the untrained model's own at step 0 (0.0017): noise. So this table ranks how fast each optimizer
+#   learns a model of the *targets* — the phase before span filling. It cannot test nanoT5's claim, which is
+#   about the end of a run ≈ 4.8 × 10⁵ times bigger (the cell above).
 # - **Adafactor is ahead of AdamWScale** under both schedules (4.802 ± 0.005 and 4.829 ± 0.006 against
 #   4.857 ± 0.016 and 4.867 ± 0.020): gaps of 0.03–0.06 nats, larger than the seed spread — at one learning rate,
-#   the demo's 4e-2, tuned for neither. The relative-update measurement above shows why that is not a verdict on
-#   the optimizers: at the same lr Adafactor moves every tensor by 0.72–0.99 × lr per step, AdamWScale by
-#   0.13–0.30 × lr, so Adafactor simply takes larger steps here. nanoT5's ranking is the opposite, at 65,536
-#   steps with each optimizer at its own tuned rate; nothing here says which holds at the end of a long run.
+#   the demo's 4e-2, tuned for neither, so this is not a verdict on the optimizers. A possible reason, a hypothesis
+#   not tested here (AdamWScale's learning rate was not swept): the relative-update measurement above shows that
+#   at the same lr Adafactor moves every tensor by 0.72–0.99 × lr per step and AdamWScale by 0.13–0.30 × lr, so
+#   Adafactor takes larger steps; AdamWScale at a larger lr might close the gap. nanoT5's ranking is the opposite,
+#   at 65,536 steps with each optimizer at its own tuned rate; nothing here says which holds at the end of a long run.
 # - **Schedules**: for Adafactor, inverse-sqrt beats cosine by 0.027 (spread ≈ 0.006); for AdamWScale the 0.010
 #   gap is within the spread (± 0.02), so no ranking.
 # - **Plain AdamW** at the scaled optimizers' 4e-2 is far behind (5.608 ± 0.049). At the best of its own three

