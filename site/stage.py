@@ -2,7 +2,8 @@
 
 The page list is derived from what is in the repository, never hard-coded:
   nbs/index.ipynb           -> the home page (README's landing content)
-  nbs/NN_*.ipynb            -> the lessons, in file-name (learning-path) order, titled by their first heading
+  nbs/NN_*.ipynb            -> the lessons, in file-name (learning-path) order, titled by their first heading;
+                               NN >= 90 (the exercise checks) go to the Reference section
   exercises/*.ipynb         -> an Exercises section, if the folder exists
   docs/teaching.md          -> a teaching guide, if it exists
   nanot5_edu (__all__)      -> api.md, each exported name's signature and docstring (Sphinx autodoc)
@@ -184,10 +185,14 @@ class Stager:
         self.dest.mkdir(parents=True)
         (self.dest / "_static").mkdir()  # the local Colab badge, for markdown images (Sphinx copies them)
         shutil.copy2(ROOT / "site" / "_static" / "colab-badge.svg", self.dest / "_static")
-        lessons = []
+        lessons, references = [], []  # nbs/90_* and above are reference notebooks (the exercise checks), not lessons
         for p in self.lessons:
             nb = self.stage_notebook(p, p.name)
-            lessons.append(f"{p.stem.split('_')[0]} · {first_heading(nb, p.stem)} <{p.stem}>")
+            number = p.stem.split('_')[0]
+            if int(re.match(r"\d+", number).group()) >= 90:
+                references.append(f"{first_heading(nb, p.stem)} <{p.stem}>")
+            else:
+                lessons.append(f"{number} · {first_heading(nb, p.stem)} <{p.stem}>")
         exercises = []
         for p in self.exercises:
             nb = self.stage_notebook(p, f"exercises/{p.name}")
@@ -201,7 +206,7 @@ class Stager:
                                                                   "teaching.md"))
             trees.append(self.toctree("For teachers", [f"{md_heading(self.teaching, 'Teaching guide')} <teaching>"]))
         (self.dest / "api.md").write_text(self.api_page())
-        trees.append(self.toctree("Reference", ["API reference <api>"]))
+        trees.append(self.toctree("Reference", ["API reference <api>", *references]))
         home_tocs = {"cell_type": "markdown", "id": "site-tocs", "metadata": {}, "source": "\n\n".join(trees)}
         self.stage_notebook(ROOT / "nbs" / "index.ipynb", "index.ipynb", extra_cells=[home_tocs])
         print(f"staged {len(lessons)} lessons, {len(exercises)} exercises, "
