@@ -1226,7 +1226,10 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
             window_flops += flops_per_step(cfg.model, *batch["input_ids"].shape, batch["labels"].shape[1])
         clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
         grad_norm = accelerator.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step(); scheduler.step(); optimizer.zero_grad(set_to_none=True)
+        optimizer.step()
+        if not accelerator.optimizer_step_was_skipped:  # fp16: a step the loss scaler skipped does not move the schedule
+            scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
         step += 1
         bar.update(1)
         # a stop asked of any process stops them all at this step: one number all-reduced on the CPU, every step

@@ -50,8 +50,8 @@ def test_bf16_refused_without_native_bf16(monkeypatch, capability, refused):
 def test_fp16_skipped_steps_do_not_stop_training(tmp_path, tiny_data, monkeypatch):
     """fp16 with a loss scale so large that the first steps' gradients overflow: the scaler skips them (inf gradient
     norm, logged), the losses stay finite, so the NaN guard must not fire, and the run finishes with trained weights.
-    Catches a guard that reads the gradient norm (or the scaled loss) instead of the loss, and a log or plot that
-    breaks on an inf gradient norm."""
+    Catches a guard that reads the gradient norm (or the scaled loss) instead of the loss, a log or plot that
+    breaks on an inf gradient norm, and a learning-rate schedule that steps on skipped updates."""
     scalers = []
     original = torch.amp.GradScaler
     def big_scale(*args, **kwargs):
@@ -68,6 +68,8 @@ def test_fp16_skipped_steps_do_not_stop_training(tmp_path, tiny_data, monkeypatc
     print([m["grad_norm"] for m in logged])
     assert not all(math.isfinite(m["grad_norm"]) for m in logged), "no step was skipped: the test did not test anything"
     assert math.isfinite(logged[-1]["grad_norm"]), "the scaler never recovered"
+    skipped_lrs = {m["lr"] for m in logged if not math.isfinite(m["grad_norm"])}
+    assert len(skipped_lrs) == 1, f"the schedule moved on steps the scaler skipped: {sorted(skipped_lrs)}"
     assert scalers[0].get_scale() < 2.0 ** 24
     assert (run / "loss.png").exists()
 
