@@ -20,18 +20,6 @@ TINY = ["model.num_layers=1", "model.num_decoder_layers=1", "model.d_model=64", 
         "checkpoint.resume=never"]
 
 
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory):
-    "A .jsonl corpus of 24 speeches and a 900-piece tokenizer trained on it (+ 100 sentinels <= 2,048 ids)"
-    from nanot5_edu.data import load_corpus
-    from nanot5_edu.tokenizer import train_tokenizer
-    root = tmp_path_factory.mktemp("tiny")
-    texts = list(load_corpus("sotu", "validation")["text"])
-    (root / "speeches.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    train_tokenizer(texts, 900, root / "tok")
-    return [f"data.corpus={root / 'speeches.jsonl'}", f"data.tokenizer={root / 'tok'}"]
-
-
 @pytest.mark.parametrize("capability, refused", [((7, 5), True), ((8, 0), False)])
 def test_bf16_refused_without_native_bf16(monkeypatch, capability, refused):
     """A T4 (7.5) reports bf16 'supported' (emulated): validate_config refuses bf16 there and names fp16 and fp32;
@@ -47,7 +35,7 @@ def test_bf16_refused_without_native_bf16(monkeypatch, capability, refused):
     validate_config(make_config("colab-t4"))  # fp16: fine on both
 
 
-def test_fp16_skipped_steps_do_not_stop_training(tmp_path, tiny_data, monkeypatch):
+def test_fp16_skipped_steps_do_not_stop_training(tmp_path, small_data, monkeypatch):
     """fp16 with a loss scale so large that the first steps' gradients overflow: the scaler skips them (inf gradient
     norm, logged), the losses stay finite, so the NaN guard must not fire, and the run finishes with trained weights.
     Catches a guard that reads the gradient norm (or the scaled loss) instead of the loss, a log or plot that
@@ -59,7 +47,7 @@ def test_fp16_skipped_steps_do_not_stop_training(tmp_path, tiny_data, monkeypatc
         return scalers[-1]
     monkeypatch.setattr(torch.amp, "GradScaler", big_scale)
     run = tmp_path / "fp16"
-    summary = train(make_config("cpu-demo", [*TINY, *tiny_data, "train.precision=fp16", "train.total_steps=8",
+    summary = train(make_config("cpu-demo", [*TINY, *small_data, "train.precision=fp16", "train.total_steps=8",
                                              "eval.every_steps=8", "checkpoint.every_steps=8", "logging.every_steps=1",
                                              f"logging.run_dir={run}"]))
     assert summary["steps"] == 8 and scalers, "fp16 on CPU must get a loss scaler"
@@ -74,7 +62,7 @@ def test_fp16_skipped_steps_do_not_stop_training(tmp_path, tiny_data, monkeypatc
     assert (run / "loss.png").exists()
 
 
-def test_cuda_oom_in_fit_names_micro_batch_estimate_and_fix(tmp_path, tiny_data, monkeypatch):
+def test_cuda_oom_in_fit_names_micro_batch_estimate_and_fix(tmp_path, small_data, monkeypatch):
     "An out-of-memory error inside a training step becomes a TrainingError with the micro-batch, the estimate, the fix"
     from nanot5_edu.model import T5
     forward = T5.forward
@@ -84,7 +72,7 @@ def test_cuda_oom_in_fit_names_micro_batch_estimate_and_fix(tmp_path, tiny_data,
         return forward(self, *args, **kwargs)
     monkeypatch.setattr(T5, "forward", oom_when_training)
     with pytest.raises(TrainingError, match=r"micro-batch 4 .*estimate_memory puts the step at .* GiB.*optim.grad_acc=2"):
-        train(make_config("cpu-demo", [*TINY, *tiny_data, "train.total_steps=2", "eval.every_steps=2",
+        train(make_config("cpu-demo", [*TINY, *small_data, "train.total_steps=2", "eval.every_steps=2",
                                        "checkpoint.every_steps=2", f"logging.run_dir={tmp_path / 'oom'}"]))
 
 
