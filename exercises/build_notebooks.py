@@ -5,7 +5,8 @@
 
 The notebooks hold the tasks, the stubs and the check cells; no solution. The reference solutions live in
 tests/exercise_bank.py, which is not part of the installed package: hand students these notebooks (and the
-`pip install` line in their first cell), not the repository's tests/ folder.
+`pip install` line in their first cell), not the repository's tests/ folder. `python tools/student_copy.py OUT_DIR`
+writes such a hand-out and checks it holds no reference solution; docs/teaching.md says how to grade the returns.
 """
 import json
 import re
@@ -31,13 +32,18 @@ TRY_IT = {  # a hint for trying the functions out before checking them, where in
     "01_tokenizer": "To try your functions, train a small tokenizer as in the lesson, e.g. "
                     "`train_tokenizer(load_corpus('sotu')['text'][:200], vocab_size=500, out_dir='tok')` "
                     "(`from nanot5_edu.data import load_corpus`, `from nanot5_edu.tokenizer import train_tokenizer`).",
-    "05_training": "To try your functions, build a tiny model: `from nanot5_edu.model import ModelConfig, T5`; "
+    "05_pretraining": "To try your functions, build a tiny model: `from nanot5_edu.model import ModelConfig, T5`; "
                    "`model = T5(ModelConfig(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4))`.",
 }
 
 
 def _lesson_title(lesson: str) -> str:
-    first = (ROOT / "nbs" / f"{lesson}.py").read_text().split("\n# # ", 1)[1].split("\n", 1)[0]
+    source = ROOT / "nbs" / f"{lesson}.py"
+    if not source.exists():
+        raise FileNotFoundError(f"{source} not found: nanot5_edu.exercises registers exercises for lesson '{lesson}'. "
+                                "Rename the lesson in nbs/90_exercises.py to an existing nbs/NN_name.py, run "
+                                "tools/sync.sh, then rebuild.")
+    first = source.read_text().split("\n# # ", 1)[1].split("\n", 1)[0]
     return first.split(":")[0].strip()
 
 

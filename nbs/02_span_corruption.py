@@ -15,6 +15,10 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # one sentinel token, and train the model to output the hidden spans, each introduced by its sentinel.
 # Cheap to make (no labels), and the targets are short (≈ 22% of the input), which makes the decoder cheap.
 #
+# **What you will build**: `compute_input_and_target_lengths` (how long a raw chunk must be), T5's noise mask,
+# `corrupt_example` and its inverse `uncorrupt`, a picture of what the model sees, `pack_dataset` (documents
+# → fixed-length rows), and `SpanCorruptionCollator`, the fast batch version that every training run uses.
+#
 # This notebook first builds the exact T5 recipe (T5's `random_spans_noise_mask`, as in HF's
 # `run_t5_mlm_flax.py`, which nanoT5 copies) as a readable function on one example, `corrupt_example`, and
 # draws what it does. Then a clearly marked **Going faster** part derives the vectorised collator used in
@@ -397,7 +401,9 @@ test_eq(corrupted_lengths(568, 0.15, 3.0), (512, 114))
 # nanoT5 tokenizes documents in groups of 1,000, appends EOS to each, concatenates the group and cuts it
 # into rows of `raw_length` tokens, dropping the group's remainder. No padding is ever needed, and document
 # boundaries show only as EOS. `pack_token_rows` does this for a group; `pack_dataset` maps it over a
-# `datasets.Dataset` *or* a streaming `IterableDataset` (C4), so nothing needs to fit in memory.
+# `datasets.Dataset` *or* a streaming `IterableDataset` (C4), so nothing needs to fit in memory. With
+# `documents=True` it also tags each row with the document most of its tokens come from (`row_documents`);
+# the evaluation in [05_pretraining](05_pretraining.ipynb) uses that tag to pair rows by speech.
 
 # %%
 #| export
@@ -471,7 +477,9 @@ print(f"corrupt_example: {1 / secs:,.0f} examples/s = {568 / secs / 1e6:.1f}M ra
 
 # %% [markdown]
 # T5-Base pre-training at 50% MFU (model FLOPs utilisation: the share of the chip's peak arithmetic that goes
-# into the model's own matmuls) on an H200 consumes about 0.7M raw tokens/s; the per-example numpy
+# into the model's own matmuls) on an H200 consumes about 0.7M raw tokens/s (a 568-token row costs
+# ≈ 6 × (85M encoder weights × 512 inputs + 138M decoder and head weights × 114 targets) ≈ 0.36 TFLOP, plus
+# attention: ≈ 0.7 GFLOP per raw token, against half of the H200's ≈ 990 dense bf16 TFLOP/s); the per-example numpy
 # version of HF's example does ~12k examples/s (≈ 6.8M raw tokens/s, `benchmarks/spans.py`), about 10× that,
 # and even the Python loop above keeps up. nanoT5's data workers are busy **tokenizing** streamed C4, not
 # masking. So why bother? Two cases in this project where masking speed does show:
@@ -572,20 +580,10 @@ test_eq(bool((draft_cuts.diff(dim=2) > 0).all()), True)
 for name, fn in [("topk draft", topk_cuts), ("random_cuts", random_cuts)]:
     print(f"{name:12} {min(timeit.repeat(lambda: fn(128, [482, 84], 27, gen), number=50, repeat=3)) / 50 * 1e6:6.0f} µs per batch")
 
+
 # %% [markdown]
-# Exactly uniform? On cases small enough to enumerate — 2 values out of 6 or out of 9, 15 or 36 possible
-# sets — every set turns up equally often, within sampling noise:
-
-# %%
-from itertools import combinations
-small = random_cuts(60_000, [6, 9], 2, torch.Generator().manual_seed(0))
-for size, picks in ((6, small[:, 0]), (9, small[:, 1])):
-    sets = list(combinations(range(size), 2))
-    counts = torch.tensor([((picks[:, 0] == a) & (picks[:, 1] == b)).sum().item() for a, b in sets])
-    test_eq(counts.sum().item(), 60_000)                          # always two distinct sorted values
-    expected = 60_000 / len(sets)
-    assert (counts - expected).abs().max() < 5 * math.sqrt(expected), counts   # all sets equally likely
-
+# The check that `random_cuts` is exactly uniform (on cases small enough to count every possible set) moved
+# to the appendix: it tests the sampler, and nothing below needs it.
 
 # %% [markdown]
 # From the cuts, the span lengths and the mask follow as in the reference: interleave gap and span lengths,
@@ -660,7 +658,8 @@ ax.set_xlabel("span length (tokens)"); ax.legend(); plt.show()
 # labels) that source index grows by 1 per position; it only jumps after a sentinel — over span `k` in the
 # input, over gap `k` in the labels. So the source index is the `cumsum` of a row of ones with those jumps
 # scattered in, and the jumps are differences of the sentinel positions, which the cut points give directly
-# (sentinel `k` sits at cut `k` + `k`). A final scatter writes the sentinels over their positions, EOS ends
+# (in the input, sentinel `k` sits after the kept tokens of gaps 0…k and the `k` sentinels before it; in the
+# labels, after the hidden tokens of spans 0…k−1 and `k` sentinels). A final scatter writes the sentinels over their positions, EOS ends
 # both outputs, and `decoder_input_ids` is the labels shifted right.
 
 # %%
@@ -751,7 +750,7 @@ test_fail(lambda: corrupt_spans(raw_ids[:2], ~masks[:2], len(tok) - 1), contains
 #
 # `SpanCorruptionCollator` is what a `DataLoader` calls on a list of packed rows. It draws the span cuts with
 # its own seeded `torch.Generator` (whose state a checkpoint can save and restore) — the very masks
-# `random_spans_noise_mask` would draw from the same generator state — corrupts them with one gather, and
+# `random_spans_noise_mask` would draw from the same generator state — corrupts them with `gather`, and
 # returns fixed-shape tensors: no padding, no attention mask, and `decoder_input_ids` = labels shifted right
 # with the decoder start token (= pad = 0) in front.
 
@@ -859,8 +858,84 @@ test_eq(next(iter(loader))["input_ids"].shape, (16, 128))
 # That closes the loop: the collator draws exactly the masks `random_spans_noise_mask` draws, and corrupts
 # them exactly as `corrupt_example` does (the hypothesis tests in `tests/test_spans.py` check the same over
 # random lengths, densities and span lengths).
+
+# %% [markdown]
+# ## What you learned
 #
-# ## Bad input
+# - Span corruption hides ≈ 15% of a row's tokens in short spans, replaces each span by one sentinel in the
+#   encoder input, and asks the decoder for `<extra_id_0> span 0 <extra_id_1> span 1 … </s>`: no labels
+#   needed, and the target is short (114 tokens for a 512-token input).
+# - T5 fixes the *numbers* of noise tokens and spans per row, so every row corrupts to the same lengths: a raw
+#   chunk of 568 tokens becomes exactly 512 + 114, with no padding.
+# - Spans and gaps are uniform random segmentations; a single span's length is then roughly geometric, so
+#   "mean span length 3" makes length 1 the most common.
+# - Corruption loses nothing: `uncorrupt` rebuilds the row, which is how every faster version is checked.
+# - Packing concatenates documents (EOS between them) and cuts fixed-length rows, for a list or a stream.
+# - The fast collator draws a whole batch's cuts at once and builds both outputs with `gather` from one
+#   `cumsum`-built source index; given the
+#   same masks it equals `corrupt_example` row for row, and its seeded generator makes a run resumable.
+#
+# ## Questions
+#
+# 1. Why does T5 fix the number of noise tokens and spans per row instead of hiding each token independently
+#    with probability 0.15? What would the batches look like otherwise?
+# 2. How many raw tokens must be cut for a 512-token input, and how long is the target? Derive both from
+#    `T − n + s + 1` and `n + s + 1`, then compare with the check under "How long must a raw chunk be?".
+# 3. Why does the target put a sentinel before each span instead of just listing the hidden tokens? What
+#    could the model not learn without them?
+# 4. **Predict, then run** the span-length histogram ("What the two knobs do"): with a mean span length of 3,
+#    which length is the most common, and why is it not 3?
+# 5. **Predict, then run** the input/target-length plot ("The two knobs set the lengths of everything"): at
+#    noise density 0.5 (mean span 3), how do the encoder and decoder lengths compare? Why is T5's 0.15 cheap
+#    for an encoder-decoder?
+# 6. A noise mask always starts with kept tokens and ends inside a span. Why is that harmless for learning,
+#    and which check in the notebook relies on it?
+# 7. Packing never pads, but a row can start in the middle of one speech and end in the next. What does the
+#    model see at the boundary, and why is that acceptable in pre-training?
+# 8. Why is choosing which `s − 1` of the `m − 1` gaps between items start a new part a *uniform* random
+#    split of `m` items into `s` non-empty parts?
+# 9. `random_cuts` draws slots with replacement and keeps the *first* `s − 1` distinct ones. Why is that
+#    exactly uniform? Would keeping the `s − 1` *smallest* distinct draws out of all draws also be uniform?
+# 10. **Predict, then run** the timing cell after the `topk` draft: which is faster per T5-Base batch, and
+#     which part of the work does `random_cuts` avoid?
+# 11. The collator owns a seeded `torch.Generator` and has `state_dict`/`load_state_dict`. What would a run
+#     that resumes from a checkpoint get wrong without them?
+# 12. `decoder_input_ids` starts with 0 and is the labels shifted right. Why shifted, and why 0?
+#
+# ## Try it
+#
+# 1. **Other knobs** (seconds). Draw `show_corruption` for the same passage at noise density 0.3 and mean span
+#    length 8, and call `compute_input_and_target_lengths(512, 0.3, 8.0)`. Look at how many sentinels remain,
+#    how much context each hole keeps around it, and how long the target becomes.
+# 2. **Span lengths at the extremes** (seconds). Rerun the histogram cell with a mean span length of 1 and of
+#    10 (the 568-token rows stay). Predict first: at 1, how many spans per row and of which lengths? At 10, is
+#    the most common length still 1?
+# 3. **Why vectorise** (a minute). Time `SpanCorruptionCollator(tok, 512)` on 128 random rows of 568 tokens
+#    against a Python loop of `corrupt_example(row, example_noise_mask(568, 0.15, 3.0, rng), len(tok) - 1)`
+#    over the same rows. Look at the ratio; then run `torch.set_num_threads(1)` and time again — on a busy
+#    machine, torch's threads competing for cores can eat most of the gain.
+
+# %% [markdown]
+# ## Appendix: is `random_cuts` exactly uniform?
+#
+# Moved here from "Going faster", where `random_cuts` is built.
+
+# %% [markdown]
+# Exactly uniform? On cases small enough to enumerate — 2 values out of 6 or out of 9, 15 or 36 possible
+# sets — every set turns up equally often, within sampling noise:
+
+# %%
+from itertools import combinations
+small = random_cuts(60_000, [6, 9], 2, torch.Generator().manual_seed(0))
+for size, picks in ((6, small[:, 0]), (9, small[:, 1])):
+    sets = list(combinations(range(size), 2))
+    counts = torch.tensor([((picks[:, 0] == a) & (picks[:, 1] == b)).sum().item() for a, b in sets])
+    test_eq(counts.sum().item(), 60_000)                          # always two distinct sorted values
+    expected = 60_000 / len(sets)
+    assert (counts - expected).abs().max() < 5 * math.sqrt(expected), counts   # all sets equally likely
+
+# %% [markdown]
+# ## Appendix: bad input
 #
 # Settings that cannot work, tokenizers without sentinels and rows of the wrong length each fail with a
 # sentence that names the fix, for example:

@@ -18,6 +18,11 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # `torch.nn.functional.scaled_dot_product_attention` (SDPA: PyTorch's fused attention kernel), the position bias and the masks are built once per
 # stack, and the LM head gets a sane init ([nanoT5 issue #25](https://github.com/PiotrNawrot/nanoT5/issues/25)). The model needs only torch; `transformers` is the
 # reference and the export format.
+#
+# **What you will build**: `ModelConfig` and its presets, `RMSNorm`, `relative_position_bucket` and
+# `RelativePositionBias`, `Attention` (through SDPA), `GatedFeedForward`, the blocks and stacks, `init_weights`
+# with the LM-head fix, and `T5` itself: forward with the loss, conversion to and from `transformers`, and
+# greedy or top-k generation with a KV cache. You will end by measuring why the head's init matters.
 
 # %%
 #| default_exp model
@@ -62,7 +67,7 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # |---|---|---|
 # | 1 | `decoder_input_ids` = labels shifted right, start token 0 in front | `[B, 114]` |
 # | 2 | encoder: embed `input_ids` with the shared table | `[B, 512, 768]` |
-# | 3 | relative position bias of encoder block 0 (+ padding mask), reused by all 12 blocks | `[1, 12, 512, 512]` |
+# | 3 | relative position bias of encoder block 0, reused by all 12 blocks (adding a padding mask would make it `[B, 12, 512, 512]`) | `[1, 12, 512, 512]` |
 # | 4 | each block, self-attention: `q`, `k`, `v` split into heads | `[B, 12, 512, 64]` |
 # | 5 | scores `q·kᵀ + bias`, softmax, times `v` (all inside SDPA), heads joined, `o` | `[B, 512, 768]` |
 # | 6 | each block, feed-forward: `gelu(wi_0 x) ⊙ wi_1 x`, then `wo` | `[B, 512, 2048]` → `[B, 512, 768]` |
@@ -74,25 +79,15 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # | 12 | cross-entropy against `labels` | a scalar, the mean over `B·114` targets |
 #
 # The encoder does the heavy lifting (512 positions), the decoder sees only 114: span corruption makes the
-# expensive half of an encoder-decoder cheap. After `T5` is built, a cell runs this batch on the `meta`
-# device (shapes, no compute) and checks the table's shapes.
+# expensive half of an encoder-decoder cheap. A cell in the appendix runs this batch through the finished `T5` on
+# the `meta` device (shapes, no compute) and checks the table's shapes.
 #
 # ## What T5 v1.1 changed
 #
-# nanoT5 (and this notebook) build **T5 v1.1**, not the T5 of the paper (v1.0). The differences, each of which
-# shows up in the code below:
-#
-# | | T5 v1.0 (the paper's model, released as `t5-base`) | T5 v1.1 (`google/t5-v1_1-base`, nanoT5) |
-# |---|---|---|
-# | feed-forward | `wo(relu(wi x))` | gated-GELU `wo(gelu(wi_0 x) ⊙ wi_1 x)` |
-# | dropout in pre-training | 0.1 | 0 (nanoT5; HF's config default is still 0.1) |
-# | LM head | tied to the input embedding, logits × `d_model^-½` | untied: its own `lm_head` matrix |
-# | biases | none in dense layers | none (unchanged) |
-# | layer norm | RMSNorm (scale only, no mean, no bias) | RMSNorm (unchanged) |
-# | pre-training data | C4 (the released `t5-base` checkpoint: C4 mixed with supervised tasks) | C4 only |
-# | shapes | Base: `d_model` 768, `d_ff` 3072 | larger `d_model`, fewer heads, smaller `d_ff` in the big sizes; Base keeps 768, `d_ff` 2048 |
-#
-# The two rows marked unchanged are listed because both are often thought to be v1.1 changes.
+# nanoT5 (and this notebook) build **T5 v1.1** (`google/t5-v1_1-base`), not the T5 of the paper (v1.0,
+# `t5-base`): a gated-GELU feed-forward instead of ReLU, an untied LM head, no dropout in pre-training, and
+# C4 only as pre-training data; RMSNorm and the absence of biases are unchanged. The full comparison is a
+# table in the appendix.
 
 # %% [markdown]
 # ## The configuration
@@ -101,6 +96,10 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # `transformers.T5Config`. Presets: `tiny` (the CPU demo: 13.6M parameters), `t5-v1_1-small` and
 # `t5-v1_1-base` (nanoT5's model: 247,577,856 parameters). Vocabulary sizes are padded to a multiple of 128
 # (32,100 ids → 32,128 rows) for fast matmuls, as Google did.
+#
+# (The check cells use `test_eq`, `test_close`, `test_fail` from `fastcore.test` and `hf_t5` =
+# `transformers.models.t5.modeling_t5`; these imports, with numpy as `np` and matplotlib as `plt`, sit in a
+# hidden cell at the top of the notebook.)
 
 # %%
 #| export
@@ -299,23 +298,6 @@ for ax, bidirectional, exact, name in [(axs[0], True, 8, "encoder (bidirectional
     ax.legend(loc="upper left" if bidirectional else "center right", fontsize=8, ncol=4 if bidirectional else 1)
 axs[1].set_xlabel("key position − query position"); plt.tight_layout(); plt.show()
 
-# %% [markdown]
-# The same buckets for every (query, key) pair of a 160-token sequence. In the encoder each diagonal is one
-# bucket; in the decoder the upper triangle (the future) is masked, shown blank:
-
-# %%
-q_pos, k_pos = torch.arange(160)[:, None], torch.arange(160)[None, :]
-fig, axs = plt.subplots(1, 2, figsize=(11, 4.6), constrained_layout=True)
-for ax, bidirectional, name in [(axs[0], True, "encoder (bidirectional)"), (axs[1], False, "decoder (causal)")]:
-    grid = relative_position_bucket(k_pos - q_pos, bidirectional).numpy()
-    if not bidirectional:
-        grid = np.ma.masked_where((k_pos > q_pos).numpy(), grid)
-        ax.text(110, 40, "future:\nmasked", ha="center", va="center", color="0.4")
-    im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=31)
-    ax.set_title(f"{name}\nbucket of each (query, key)", fontsize=10)
-    ax.set_xlabel("key position"); ax.set_ylabel("query position")
-fig.colorbar(im, ax=axs, shrink=0.8, label="bucket"); plt.show()
-
 
 # %% [markdown]
 # The bias is one embedding of `num_buckets × num_heads`, owned by the **first** layer of each stack and
@@ -353,10 +335,8 @@ test_eq(out[0, :, 2, 6], rpb.weight.detach()[relative_position_bucket(torch.tens
 #
 # T5 attention has two quirks: no `1/√d_kv` scaling (it is folded into the init of `q`), and an additive
 # bias (relative positions + mask). `scaled_dot_product_attention` takes both: `scale=1.0` and the bias as a
-# float `attn_mask`. FlashAttention kernels cannot take an arbitrary additive bias (let alone give it a
-# gradient), so with a bias PyTorch dispatches to the *memory-efficient* kernel on GPU (which supports an
-# additive mask, and its gradient) or the fused math/flash-CPU path on CPU — still one fused op instead of
-# HF's matmul → add → softmax(fp32) → dropout → matmul chain, and no fp32 copy of the score tensor under bf16.
+# float `attn_mask`: one fused op instead of HF's matmul → add → softmax → matmul chain (which kernel
+# runs is in the appendix).
 #
 # The module keeps HF's parameter names (`q`, `k`, `v`, `o`, `relative_attention_bias`). For generation it
 # returns its keys and values as a small named pair, `KV`, and can take cached ones back; a decoder block
@@ -623,8 +603,8 @@ fig.colorbar(im, ax=axs, shrink=0.8, label="additive bias (black: masked)"); plt
 # T5 folds the attention scaling into the init: `q` gets std `(d_model·d_kv)^-½`, `k`, `v` and
 # `wi_*` std `d_model^-½`, `o` std `(num_heads·d_kv)^-½` (its input width; equal to `d_model` in Base), `wo` std
 # `d_ff^-½`, norms 1, embeddings 1 (HF's choice). HF (and so nanoT5) also give the
-# **untied LM head std 1**, so the initial logits have std ≈ √d_model and the first loss is ~10× ln V
-# (nanoT5#25). Mesh TF used `d_model^-½`. We default to that (`lm_head_init_fix=True`) and keep HF's as an
+# **untied LM head std 1**, so the initial logits have std ≈ √d_model and the first loss is ~10× ln V for
+# Base, ~7× for `tiny` (nanoT5#25; measured at the end of the lesson). Mesh TF used `d_model^-½`. We default to that (`lm_head_init_fix=True`) and keep HF's as an
 # option to reproduce nanoT5.
 
 # %%
@@ -652,7 +632,7 @@ def init_weights(model: nn.Module, config: ModelConfig):
 
 
 # %% [markdown]
-# (`init_weights` runs when a `T5` is built, below; right after it, a check measures these stds.)
+# (`init_weights` runs when a `T5` is built, below; after the parameter counts, a check measures these stds.)
 
 # %% [markdown]
 # ## The model
@@ -660,9 +640,7 @@ def init_weights(model: nn.Module, config: ModelConfig):
 # `T5` puts it together: a shared embedding, encoder, decoder, LM head (untied in v1.1; tied with the
 # `d_model^-½` rescale in v1.0), cross-entropy over labels with `-100` ignored, and `decoder_input_ids`
 # made from the labels by shifting right with the start token 0 (= pad). Inputs are checked first, so a
-# wrong batch shows a sentence, not a shape error from deep inside. (Dtypes and shapes always; the id-range
-# scan only for CPU tensors outside `torch.compile`, since on a GPU it would cost a device sync every step —
-# the training loop checks the tokenizer against `vocab_size` once, before it starts.)
+# wrong batch shows a sentence, not a shape error from deep inside (see the appendix).
 
 # %%
 #| export
@@ -797,38 +775,8 @@ for name, (w, expected) in stds.items():
 {name: round(w.std().item(), 4) for name, (w, _) in stds.items()}
 
 # %% [markdown]
-# Now the walk-through from the top of the notebook, measured: a T5-Base batch of `B = 4` rows on the `meta`
-# device (tensors with shapes and no data, so nothing is computed), with a forward hook on each module the
-# table names:
-
-# %%
-with torch.device("meta"):
-    base = T5(get_config("t5-v1_1-base"))
-    input_ids, labels = torch.zeros(4, 512, dtype=torch.long), torch.zeros(4, 114, dtype=torch.long)
-enc_block, dec_block = base.encoder.block[0], base.decoder.block[0]
-watch = {"2 encoder embedding": base.shared, "4 q (before the head split)": enc_block.layer[0].SelfAttention.q,
-         "5 self-attention output": enc_block.layer[0].SelfAttention.o, "6 wi_0": enc_block.layer[1].DenseReluDense.wi_0,
-         "6 wo": enc_block.layer[1].DenseReluDense.wo, "7 encoder output": base.encoder.final_layer_norm,
-         "9 cross-attention k": dec_block.layer[1].EncDecAttention.k, "10 decoder output": base.decoder.final_layer_norm,
-         "11 logits": base.lm_head}
-seen, hooks = {}, []
-def record(name):
-    def hook(module, inputs, output):   # returns None: the output is left as it is
-        seen.setdefault(name, tuple(output.shape))
-    return hook
-for name, module in watch.items():
-    hooks.append(module.register_forward_hook(record(name)))
-out = base(input_ids, labels=labels)
-for h in hooks: h.remove()
-seen["3 encoder position bias"] = tuple(base.encoder.position_bias(512, 512, None).shape)
-seen["8 decoder position bias"] = tuple(base.decoder.position_bias(114, 114, None).shape)
-seen["12 loss"] = tuple(out.loss.shape)
-for name in sorted(seen, key=lambda n: int(n.split()[0])): print(f"{name:32} {seen[name]}")
-test_eq(seen["2 encoder embedding"], (4, 512, 768)); test_eq(seen["4 q (before the head split)"], (4, 512, 768))
-test_eq(seen["6 wi_0"], (4, 512, 2048)); test_eq(seen["7 encoder output"], (4, 512, 768))
-test_eq(seen["3 encoder position bias"], (1, 12, 512, 512)); test_eq(seen["8 decoder position bias"], (1, 12, 114, 114))
-test_eq(seen["9 cross-attention k"], (4, 512, 768)); test_eq(seen["10 decoder output"], (4, 114, 768))
-test_eq(seen["11 logits"], (4, 114, 32128)); test_eq(seen["12 loss"], ())
+# The walk-through at the top of the notebook, measured with forward hooks on a T5-Base batch on the `meta`
+# device, moved to the appendix: it checks the table's shapes, and nothing below needs it.
 
 # %% [markdown]
 # ## Moving weights between HF and us
@@ -922,23 +870,8 @@ for cfg in test_configs:
 print("logits and gradients equal HF on", len(test_configs), "configs")
 
 # %% [markdown]
-# The round trip HF → ours → HF leaves every tensor equal, and a checkpoint saved by us loads in plain
-# `transformers` with the same logits:
-
-# %%
-tmp = Path(tempfile.mkdtemp())
-for cfg in test_configs:
-    hf = hf_reference(cfg).eval()
-    back = T5.from_hf(hf).to_hf()
-    test_eq(set(back.state_dict()), set(hf.state_dict()))
-    for k, v in hf.state_dict().items():
-        test_eq(torch.equal(back.state_dict()[k], v), True)
-    ours = T5(cfg).eval()
-    ours.save_pretrained(tmp / "ckpt")
-    loaded = transformers.T5ForConditionalGeneration.from_pretrained(tmp / "ckpt").eval()
-    ids, am, labels = batch_for(cfg)
-    test_close(loaded(input_ids=ids, attention_mask=am, labels=labels).logits, ours(ids, am, labels=labels).logits, eps=1e-4)
-sorted(p.name for p in (tmp / "ckpt").iterdir())
+# The round trip HF → ours → HF and a `save_pretrained` checkpoint loaded by plain `transformers` are checked in
+# the appendix: conversion plumbing, which nothing below needs.
 
 # %% [markdown]
 # ## Generation with a KV cache
@@ -969,27 +902,8 @@ for cfg in test_configs:
     print(generated)
 
 # %% [markdown]
-# The cache itself is one `BlockCache` per decoder block. After three steps of a batch of 4, each holds
-# self-attention keys/values for the 3 positions so far and cross-attention keys/values for the 11 encoder
-# positions (which never grow):
-
-# %%
-small = T5(test_configs[0]).eval()
-c_ids, c_mask, _ = batch_for(small.config, B=4)
-with torch.no_grad():
-    encoder_out, past, tokens = small.encode(c_ids, c_mask), None, torch.zeros(4, 1, dtype=torch.long)
-    for step in range(3):
-        h, past = small.decoder(tokens, encoder_out=encoder_out, encoder_mask=c_mask, past=past)
-        tokens = small.head(h).argmax(-1)
-c = small.config
-test_eq(len(past), c.num_decoder_layers)
-test_eq((past[0].length, tuple(past[0].self_attn.k.shape), tuple(past[0].cross_attn.v.shape)),
-        (3, (4, c.num_heads, 3, c.d_kv), (4, c.num_heads, 11, c.d_kv)))
-{name: tuple(kv.k.shape) for name, kv in past[0]._asdict().items()}
-
-# %% [markdown]
 # `top_k=k` samples each token among the *k* most likely instead of taking the best one (more varied text,
-# e.g. for filling blanks in 05). With `top_k=1` it is greedy decoding again, and a seeded generator makes a
+# e.g. for filling blanks in [05_pretraining](05_pretraining.ipynb)). With `top_k=1` it is greedy decoding again, and a seeded generator makes a
 # sample repeatable:
 
 # %%
@@ -1068,13 +982,202 @@ assert all(1 <= measured[n]["fixed, d_model^-½"][1] < 1.1 for n in measured)   
 
 # %% [markdown]
 # So with HF's init (and nanoT5's) the first steps of training are spent shrinking the head, not learning
-# language (nanoT5#25). A note on a picture this notebook does not show: the learned relative-position bias
-# per head is only worth plotting after training (at init it is noise of std `d_model^-½`); export a
-# checkpoint from the CPU demo (`nanot5-edu pretrain`, [05_training](05_training.ipynb)) and read its
+# language (nanoT5#25).
+
+# %% [markdown]
+# ## What you learned
+#
+# - T5 v1.1 is a pre-norm encoder-decoder: every sublayer is `h + f(RMSNorm(h))`, each stack ends with an
+#   RMSNorm, the feed-forward is gated-GELU, and no dense layer has a bias.
+# - Positions enter only as a learned per-head bias of the bucketed key-query distance (exact up to 8, or 16
+#   in the causal decoder, log-spaced up to 128, one bucket beyond), computed once per stack and shared by
+#   all its blocks together with the mask.
+# - Attention is unscaled (the `1/√d_kv` lives in `q`'s init) and goes through one fused SDPA call with the
+#   bias as an additive mask.
+# - With the same weights and inputs, our layers and whole models give HF's logits and gradients within
+#   1e-4, the state dicts convert both ways, and greedy generation with our KV cache gives HF's tokens.
+# - The init sets every std from the layer's fan-in; HF's std-1 untied LM head starts the loss at ≈ 7× ln V
+#   for `tiny` and ≈ 10× for Base, while `d_model^-½` starts it just above ln V.
+# - T5-Base has exactly nanoT5's 247,577,856 parameters; `tiny` has 13.6M, of which the embedding and the
+#   head are about a third.
+#
+# ## Questions
+#
+# 1. T5 has no absolute position embeddings. How does a token know *where* another token is, and why can
+#    the model still handle inputs longer than any it was trained on?
+# 2. **Predict, then run** the bucket plot cell: do offsets −100 and −200 get different buckets in the
+#    encoder? Why does the decoder spend all 32 buckets on the past while the encoder splits them 16 + 16?
+# 3. Why is the position bias computed once, by block 0, and reused by every block of the stack? What would
+#    it cost to compute it per block, and would the model be more expressive?
+# 4. T5's attention has no `1/√d_kv`. Where did the scaling go, and what would happen to a T5 checkpoint
+#    loaded into an attention that used SDPA's default scale?
+# 5. RMSNorm drops two things a LayerNorm has. Which, and why is the mean of `x²` taken in fp32 even when
+#    the model runs in bf16?
+# 6. Why does the decoder's self-attention need a causal mask but the cross-attention does not? Which mask
+#    does the cross-attention get?
+# 7. **Predict, then run** the parameter-count cell: what share of `tiny`'s 13.6M parameters sits in the
+#    embedding and the LM head? What does that say about the demo's vocabulary size (01)?
+# 8. **Predict, then run** the first cell of "The LM-head fix, measured": the initial loss with HF's std-1
+#    head and with the fixed head, next to ln V. Why is the first so far above ln V, and why does the gap
+#    grow with `d_model`?
+# 9. In the generation cell, one config generates only token 0. Why does a tied head at init keep choosing
+#    the token it was given?
+# 10. What does the KV cache store per decoder block, and why do the cross-attention keys and values never
+#     grow while decoding? What would greedy decoding of T tokens cost without a cache?
+# 11. Why compare with `transformers` on three small, odd configs (unequal depths, a tied head, few buckets)
+#     rather than on T5-Base alone?
+# 12. `T5.from_hf` builds the model on the `meta` device and loads with `assign=True`. What does that avoid?
+# 13. `shift_right` turns `-100` into the pad id. Where does `-100` come from, and what would the embedding do
+#     with it otherwise?
+#
+# ## Try it
+#
+# 1. **Head init sweep** (seconds). Build `T5(get_config("tiny"))`, set `lm_head.weight` to normal noise of std
+#    1, 0.25, `256**-0.5` and 0 in turn, and compute the loss on `tiny_ids`/`tiny_labels` as in the LM-head
+#    cell. Predict the loss at std 0 before you run it; look at how close to ln V = 9.01 each std gets (can a
+#    random head start below it?).
+# 2. **Longer reach** (seconds). Call `relative_position_bucket` on offsets −7, −8, −16, −64, −128, −300, −500
+#    with the defaults, then with `num_buckets=64, max_distance=512`. Look for where the exact range ends and
+#    from which distance every offset shares one bucket.
+# 3. **What the cache buys** (a minute). For an untrained `tiny` model and a batch of 4 random 128-token
+#    inputs, time `model.generate(x, 32)` against a loop that appends the argmax of
+#    `model(x, decoder_input_ids=out).logits[:, -1]` 32 times. Check that the tokens are equal, then compare
+#    the times at 32 and 128 new tokens.
+
+# %% [markdown]
+# ## Appendix: notes
+#
+# **T5 v1.0 and v1.1 side by side.** Each difference shows up in the code of this lesson:
+#
+# | | T5 v1.0 (the paper's model, released as `t5-base`) | T5 v1.1 (`google/t5-v1_1-base`, nanoT5) |
+# |---|---|---|
+# | feed-forward | `wo(relu(wi x))` | gated-GELU `wo(gelu(wi_0 x) ⊙ wi_1 x)` |
+# | dropout in pre-training | 0.1 | 0 (nanoT5; HF's config default is still 0.1) |
+# | LM head | tied to the input embedding, logits × `d_model^-½` | untied: its own `lm_head` matrix |
+# | biases | none in dense layers | none (unchanged) |
+# | layer norm | RMSNorm (scale only, no mean, no bias) | RMSNorm (unchanged) |
+# | pre-training data | C4 (the released `t5-base` checkpoint: C4 mixed with supervised tasks) | C4 only |
+# | shapes | Base: `d_model` 768, `d_ff` 3072 | larger `d_model`, fewer heads, smaller `d_ff` in the big sizes; Base keeps 768, `d_ff` 2048 |
+#
+# The two rows marked unchanged are listed because both are often thought to be v1.1 changes.
+#
+# **Which attention kernel runs.** FlashAttention kernels cannot take an arbitrary additive bias (let alone give it a
+# gradient), so with a bias PyTorch dispatches to the *memory-efficient* kernel on GPU (which supports an
+# additive mask, and its gradient) or the fused math/flash-CPU path on CPU — still one fused op instead of
+# HF's matmul → add → softmax(fp32) → dropout → matmul chain, and no fp32 copy of the score tensor under bf16.
+#
+# **What `T5` checks.** Dtypes and shapes of its inputs always; the id-range scan only for CPU tensors outside
+# `torch.compile`, since on a GPU it would cost a device sync every step — the training loop checks the
+# tokenizer against `vocab_size` once, before it starts.
+#
+# **The position bias after training.** The learned relative-position bias per head is only worth plotting
+# after training (at init it is noise of std `d_model^-½`); export a checkpoint from the CPU demo
+# (`nanot5-edu pretrain`, [05_pretraining](05_pretraining.ipynb)) and read its
 # `encoder.block.0.layer.0.SelfAttention.relative_attention_bias` to see which distances each head favours.
 
 # %% [markdown]
-# ## Bad input
+# ## Appendix: two more views
+#
+# Two cells moved out of the reading path: the bucket of every (query, key) pair as a picture, and what the KV
+# cache holds while generating.
+
+# %% [markdown]
+# **Buckets of a whole sequence.** The buckets of the plot in "Relative position buckets", for every (query, key) pair of a 160-token sequence. In the encoder each diagonal is one
+# bucket; in the decoder the upper triangle (the future) is masked, shown blank:
+
+# %%
+q_pos, k_pos = torch.arange(160)[:, None], torch.arange(160)[None, :]
+fig, axs = plt.subplots(1, 2, figsize=(11, 4.6), constrained_layout=True)
+for ax, bidirectional, name in [(axs[0], True, "encoder (bidirectional)"), (axs[1], False, "decoder (causal)")]:
+    grid = relative_position_bucket(k_pos - q_pos, bidirectional).numpy()
+    if not bidirectional:
+        grid = np.ma.masked_where((k_pos > q_pos).numpy(), grid)
+        ax.text(110, 40, "future:\nmasked", ha="center", va="center", color="0.4")
+    im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=31)
+    ax.set_title(f"{name}\nbucket of each (query, key)", fontsize=10)
+    ax.set_xlabel("key position"); ax.set_ylabel("query position")
+fig.colorbar(im, ax=axs, shrink=0.8, label="bucket"); plt.show()
+
+# %% [markdown]
+# **What the cache holds** ("Generation with a KV cache"). The cache is one `BlockCache` per decoder block. After three steps of a batch of 4, each holds
+# self-attention keys/values for the 3 positions so far and cross-attention keys/values for the 11 encoder
+# positions (which never grow):
+
+# %%
+small = T5(test_configs[0]).eval()
+c_ids, c_mask, _ = batch_for(small.config, B=4)
+with torch.no_grad():
+    encoder_out, past, tokens = small.encode(c_ids, c_mask), None, torch.zeros(4, 1, dtype=torch.long)
+    for step in range(3):
+        h, past = small.decoder(tokens, encoder_out=encoder_out, encoder_mask=c_mask, past=past)
+        tokens = small.head(h).argmax(-1)
+c = small.config
+test_eq(len(past), c.num_decoder_layers)
+test_eq((past[0].length, tuple(past[0].self_attn.k.shape), tuple(past[0].cross_attn.v.shape)),
+        (3, (4, c.num_heads, 3, c.d_kv), (4, c.num_heads, 11, c.d_kv)))
+{name: tuple(kv.k.shape) for name, kv in past[0]._asdict().items()}
+
+# %% [markdown]
+# ## Appendix: two more checks
+#
+# Moved out of the reading path: the shape walk-through of the first section, measured (from "The model"), and
+# the HF round trip with `save_pretrained` (from "Moving weights between HF and us").
+
+# %% [markdown]
+# Now the walk-through from the top of the notebook, measured: a T5-Base batch of `B = 4` rows on the `meta`
+# device (tensors with shapes and no data, so nothing is computed), with a forward hook on each module the
+# table names:
+
+# %%
+with torch.device("meta"):
+    base = T5(get_config("t5-v1_1-base"))
+    input_ids, labels = torch.zeros(4, 512, dtype=torch.long), torch.zeros(4, 114, dtype=torch.long)
+enc_block, dec_block = base.encoder.block[0], base.decoder.block[0]
+watch = {"2 encoder embedding": base.shared, "4 q (before the head split)": enc_block.layer[0].SelfAttention.q,
+         "5 self-attention output": enc_block.layer[0].SelfAttention.o, "6 wi_0": enc_block.layer[1].DenseReluDense.wi_0,
+         "6 wo": enc_block.layer[1].DenseReluDense.wo, "7 encoder output": base.encoder.final_layer_norm,
+         "9 cross-attention k": dec_block.layer[1].EncDecAttention.k, "10 decoder output": base.decoder.final_layer_norm,
+         "11 logits": base.lm_head}
+seen, hooks = {}, []
+def record(name):
+    def hook(module, inputs, output):   # returns None: the output is left as it is
+        seen.setdefault(name, tuple(output.shape))
+    return hook
+for name, module in watch.items():
+    hooks.append(module.register_forward_hook(record(name)))
+out = base(input_ids, labels=labels)
+for h in hooks: h.remove()
+seen["3 encoder position bias"] = tuple(base.encoder.position_bias(512, 512, None).shape)
+seen["8 decoder position bias"] = tuple(base.decoder.position_bias(114, 114, None).shape)
+seen["12 loss"] = tuple(out.loss.shape)
+for name in sorted(seen, key=lambda n: int(n.split()[0])): print(f"{name:32} {seen[name]}")
+test_eq(seen["2 encoder embedding"], (4, 512, 768)); test_eq(seen["4 q (before the head split)"], (4, 512, 768))
+test_eq(seen["6 wi_0"], (4, 512, 2048)); test_eq(seen["7 encoder output"], (4, 512, 768))
+test_eq(seen["3 encoder position bias"], (1, 12, 512, 512)); test_eq(seen["8 decoder position bias"], (1, 12, 114, 114))
+test_eq(seen["9 cross-attention k"], (4, 512, 768)); test_eq(seen["10 decoder output"], (4, 114, 768))
+test_eq(seen["11 logits"], (4, 114, 32128)); test_eq(seen["12 loss"], ())
+
+# %% [markdown]
+# The round trip HF → ours → HF leaves every tensor equal, and a checkpoint saved by us loads in plain
+# `transformers` with the same logits:
+
+# %%
+tmp = Path(tempfile.mkdtemp())
+for cfg in test_configs:
+    hf = hf_reference(cfg).eval()
+    back = T5.from_hf(hf).to_hf()
+    test_eq(set(back.state_dict()), set(hf.state_dict()))
+    for k, v in hf.state_dict().items():
+        test_eq(torch.equal(back.state_dict()[k], v), True)
+    ours = T5(cfg).eval()
+    ours.save_pretrained(tmp / "ckpt")
+    loaded = transformers.T5ForConditionalGeneration.from_pretrained(tmp / "ckpt").eval()
+    ids, am, labels = batch_for(cfg)
+    test_close(loaded(input_ids=ids, attention_mask=am, labels=labels).logits, ours(ids, am, labels=labels).logits, eps=1e-4)
+sorted(p.name for p in (tmp / "ckpt").iterdir())
+
+# %% [markdown]
+# ## Appendix: bad input
 #
 # Wrong dtypes, mismatched batches and out-of-range ids fail with a sentence that names the problem, e.g.
 # token ids from a tokenizer larger than the model's vocabulary:

@@ -894,7 +894,7 @@ def _hand_mean_loss(model, input_ids, labels) -> float:
     return float(-(logp * keep).sum() / keep.sum())
 
 
-@exercise("span_gain", "05_training",
+@exercise("span_gain", "05_pretraining",
           "span_gain(model, input_ids: LongTensor, other_input_ids: LongTensor, labels: LongTensor) -> float",
           "How much the encoder's input helps the decoder: the mean target loss (cross-entropy per target token, -100 "
           "labels ignored, averaged over all target tokens of the batch) with `other_input_ids` as the encoder input, "
@@ -970,7 +970,7 @@ def _judge_train_step(n: int, calls: int):
     return judge
 
 
-@exercise("train_step", "05_training",
+@exercise("train_step", "05_pretraining",
           "train_step(model, optimizer, micro_batches: list[dict]) -> float",
           "One optimizer step with gradient accumulation: for each micro-batch (a dict with `input_ids` and "
           "`labels`) compute model(input_ids, labels=labels).loss and back-propagate it scaled by 1 / "
@@ -1036,7 +1036,7 @@ def _rouge_score_l(prediction: str, references: list[str]) -> float:
     return 100 * max(scorer.score(ref, prediction)["rougeL"].fmeasure for ref in references)
 
 
-@exercise("rouge_l", "06_finetuning", "rouge_l(prediction: str, references: list[str]) -> float",
+@exercise("rouge_l", "09_finetuning", "rouge_l(prediction: str, references: list[str]) -> float",
           "Rouge-L F-measure × 100 of a prediction, the best over the references: lower-case both texts and split them "
           "into words at anything that is not a letter or a digit; with L the length of their longest common "
           "subsequence (words in order, gaps allowed), P = L / len(prediction words), R = L / len(reference words), "
@@ -1063,7 +1063,7 @@ def _rouge_cases():
                    _returns(expected, lambda fn, pred=pred, refs=refs: fn(pred, list(refs)), atol=1e-6))
 
 
-@exercise("exact_match", "06_finetuning", "exact_match(prediction: str, references: list[str]) -> float",
+@exercise("exact_match", "09_finetuning", "exact_match(prediction: str, references: list[str]) -> float",
           "100.0 if the normalized prediction equals any normalized reference, else 0.0, where normalizing (the "
           "Tk-Instruct rule used for Super-NaturalInstructions) lower-cases, removes punctuation (string.punctuation) "
           "and squeezes white space; articles are kept.")

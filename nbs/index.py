@@ -46,7 +46,7 @@
 # from the earlier ones. You need Python, PyTorch basics (tensors, autograd, `nn.Module`) and the idea of a
 # transformer. **CPU: notebook** is one run of the notebook as the tests run it, slow cells skipped
 # (`python -m pytest tests --durations=0`, on 2 CPU cores shared with other jobs); **CPU: experiments** is what its `#| slow` cells took, as their saved outputs
-# and `nbs/results/*.json` record. No GPU timing exists yet (05's `#| gpu` cell has no saved output).
+# and `nbs/results/*.json` record. No GPU timing exists yet (the `#| gpu` cells have no saved output).
 #
 # | # | notebook | what you learn | builds on | CPU: notebook | CPU: experiments | GPU | |
 # |---|---|---|---|---|---|---|---|
@@ -55,12 +55,17 @@
 # | 02 | [span_corruption](nbs/02_span_corruption.ipynb) | T5's objective: noise masks, sentinels, inputs and targets, packing, and a vectorised collator checked equal to the readable version | 00, 01 | 32 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/02_span_corruption.ipynb) |
 # | 03 | [t5_layers](nbs/03_t5_layers.ipynb) | T5 v1.1 from scratch — RMSNorm, relative position buckets, attention, gated-GELU, init, KV-cache generation — each checked against `transformers` | 02 (the batch it reads) | 16 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/03_t5_layers.ipynb) |
 # | 04 | [optimizers](nbs/04_optimizers.ipynb) | `AdamWScale` and why it works (every tensor moves by the same fraction of itself), Adafactor and AdamW baselines, schedules, nanoT5's comparison at CPU scale | 02, 03 | 85 s | 25.3 min (22 runs) + 8.5 min (3 runs, on a shared machine) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/04_optimizers.ipynb) |
-# | 05 | [training](nbs/05_training.ipynb) | the pre-training loop, bare first; then mixed precision, accumulation, config, MFU (on CPU too), streamed data in worker processes, checkpoints that resume exactly, DDP through Accelerate, the CPU demo | 00–04 | ≈ 95 s | 10.4 min (the demo) + 19.8 min (6,000 steps) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/05_training.ipynb) |
-# | 06 | [finetuning](nbs/06_finetuning.ipynb) | fine-tuning on Super-NaturalInstructions with the same loop; Rouge-L, exact match and rank accuracy next to their baselines | 05 (its experiment fine-tunes 05's demo checkpoint) | 20 s | 13.1 min (18 runs) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/06_finetuning.ipynb) |
-# | 07 | [cli](nbs/07_cli.ipynb) | the `nanot5-edu` command line: one argument style, `--print-config`, relaunching a run from its `config.yaml` | 05, 06 | 60 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/07_cli.ipynb) |
-# | 08 | [main](nbs/08_main.ipynb) | `python -m nanot5_edu`, what `accelerate launch -m nanot5_edu` starts in every process | 07 | < 1 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/08_main.ipynb) |
+# | 05 | [pretraining](nbs/05_pretraining.ipynb) | the pre-training loop, bare; bf16 and gradient accumulation; evaluation (held-out loss, baselines, span / document / encoder gain); the CPU demo filling blanks; when the skill emerges (recipe sweep, longer run) | 00–04 | to measure | 10.4 min (the demo) + 19.8 min (6,000 steps) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/05_pretraining.ipynb) |
+# | 06 | [streams](nbs/06_streams.ipynb) | batches that resume exactly: rows in memory in a seeded order, streamed corpora in data worker processes, how a stream resumes | 02, 05 | to measure | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/06_streams.ipynb) |
+# | 07 | [config](nbs/07_config.ipynb) | one config tree with presets and errors before compute; FLOPs and MFU (on CPU too); memory you can predict; fp16 for GPUs without bf16 (appendix) | 03, 05 | to measure | to measure (the fp16 appendix, 3 × 200 steps) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/07_config.ipynb) |
+# | 08 | [real_runs](nbs/08_real_runs.ipynb) | `fit` from the bare loop: logging, evaluation, checkpoints that resume exactly, stopping on signals, DDP through Accelerate; `train`, exact resume, HF export | 05–07 | to measure | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/08_real_runs.ipynb) |
+# | 09 | [finetuning](nbs/09_finetuning.ipynb) | fine-tuning on Super-NaturalInstructions with the same loop; Rouge-L, exact match and rank accuracy next to their baselines; one annotated run; positive controls (memorisation, copying the name, checkpoints of growing span and document gain) | 05, 08 (its experiments fine-tune 05's demo checkpoints) | 20 s | 13.1 min (18 runs) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/09_finetuning.ipynb) |
+# | 10 | [cli](nbs/10_cli.ipynb) | the `nanot5-edu` command line: one argument style, `--print-config`, relaunching a run from its `config.yaml` | 07, 08, 09 | 60 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/10_cli.ipynb) |
+# | 11 | [main](nbs/11_main.ipynb) | `python -m nanot5_edu`, what `accelerate launch -m nanot5_edu` starts in every process | 10 | < 1 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/11_main.ipynb) |
 #
 # **Exercises**: [`exercises/`](exercises/) has one notebook per lesson 01–06 (15 functions to write, each with a check cell that compares it with two independent references and gives a hint; see [90_exercises](nbs/90_exercises.ipynb)).
+#
+# **The package follows the lessons**: `nanot5_edu.data` (00), `tokenizer` (01), `spans` (02), `model` (03), `optim` (04), `pretrain` (05: evaluation and `fill_in`), `stream` (06: the batch streams), `config` (07: the config tree, FLOPs, memory), `train` (08: `fit`, checkpoints, `train`; it re-exports the names of 05–07, so `from nanot5_edu.train import make_config` still works), `finetune` (09), `cli` (10).
 
 # %% [markdown]
 # ## The embedded corpus
@@ -80,21 +85,23 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # with them (`benchmarks/model.py` prints the CPU model with every figure): where a figure was measured on more
 # than one machine, the range is given.
 #
-# **What the model learns** (notebooks 04–06; saved outputs and `nbs/results/*.json`). Each held-out target is
+# **What the model learns** (lessons 04, 05 and 09; saved outputs and `nbs/results/*.json`). Each held-out target is
 # scored with three encoder inputs: (a) its row's own, (b) another passage of the same document, (c) a row of
 # another document. The *span gain* (b) − (a) is what the row's own context is worth — span filling; the
 # *document gain* (c) − (b) is what knowing the document (speech, era, topic) is worth; the *encoder gain*
-# (c) − (a) is their sum (05's Evaluation section). Intervals: 95% bootstrap over documents.
+# (c) − (a) is their sum (lesson 05's Evaluation section). Intervals: 95% bootstrap over documents.
 #
 # | run | held-out loss | encoder gain = span gain + document gain (nats) | baselines / notes |
 # |---|---|---|---|
-# | CPU demo (`nanot5-edu pretrain`): tiny T5 cut to 1 + 1 layers, 3,000 steps × 16 × 128 tokens, AdamWScale 4e-2, bf16 | 9.42 → **4.317** | **0.168** encoder gain (4.484 with another speech's input); the saved run predates the split, so its span and document gains await a re-run | per-position unigram 5.531, unigram 5.887; 10.4 min on 2 CPU cores. Goal (gain ≥ 0.5 and loss ≤ 4.5 in 10 min): loss ✓ (but in 10.4 min), gain ✗ (0.168; the best of the 15 recipes swept in 05) |
-# | the same recipe, 6,000 steps | 4.201 | 0.249 (encoder gain only: run before the split) | 19.8 min; the gain grows ever more slowly (0.094 after 3 min, 0.170 after 9, 0.238 after 15) |
+# | CPU demo (`nanot5-edu pretrain`): tiny T5 cut to 1 + 1 layers, 3,000 steps × 16 × 128 tokens, AdamWScale 4e-2, bf16 | 9.441 → **4.324** (accuracy 31.3%) | **0.198** [0.170, 0.237] = span **0.027** [0.022, 0.032] + document **0.171** [0.144, 0.210]; 512 held-out rows of 24 speeches | per-position unigram 5.547, unigram 5.905; 9.8 min on 2 idle CPU cores (re-run twice: identical numbers). Goal (loss ≤ 4.5 ✓; span gain ≥ 0.1 ✗): the encoder mostly tells the decoder which speech it is in |
+# | recipes for span filling (05), 5 min each on 2 CPU cores, one seed each (a screen, not a ranking) | 4.462 (demo) … 4.891 (not comparable across input lengths) | span gain: demo 1 + 1 0.016 [0.012, 0.021], 2 + 2 0.011, inputs 256 0.009, narrow 4 + 1 0.002, 4 + 1 0.001, inputs 512 0.001; document gain 0.030–0.122 | the demo recipe, 5 → 10 min: span gain 0.016 → 0.027, +0.012 nats per doubling of compute; extrapolated (two points, labelled so in 05): 0.1 at ≈ 80× the demo's compute |
 # | optimizers (04), same model, 300 steps, 3 seeds: Adafactor inverse-sqrt / cosine | 4.802 ± 0.005 / 4.829 ± 0.006 | span gain ≤ 0.003 | no run fills spans yet at 300 steps: this ranks the target-model phase |
 # | AdamWScale inverse-sqrt / cosine | 4.857 ± 0.016 / 4.867 ± 0.020 | ≤ 0.001 | Adafactor ahead by more than the seed spread; schedules within spread for AdamWScale |
 # | plain AdamW (cosine) at 4e-2 / at its best of 1e-3, 3e-3, 1e-2 (1e-3) | 5.608 ± 0.049 / 5.005 ± 0.003 | 0.000 | no divergence at nanoT5's 2e-2 even without clipping (5.348) or with the std-1 head (5.656) |
-# | SNI-mini fine-tuning (06): cpu-demo checkpoint vs random init, 200 steps, 3 seeds, 10 / 30 / 100 instances per task | lowest held-out loss 5.41 vs 6.18 / 4.60 vs 5.04 / 3.89 vs 4.01 | | pre-training's loss gain is beyond the seed spread at 10 and 30 per task, within it at 100; 18 runs in 13.1 min |
+# | SNI-mini fine-tuning (09): cpu-demo checkpoint vs random init, 200 steps, 3 seeds, 10 / 30 / 100 instances per task | lowest held-out loss 5.41 vs 6.18 / 4.60 vs 5.04 / 3.89 vs 4.01 | | pre-training's loss gain is beyond the seed spread at 10 and 30 per task, within it at 100; 18 runs in 13.1 min |
 # | the same runs' generations: E2E NLG Rouge-L at 10 / 30 / 100 per task, pre-trained vs random init | 24.8 ± 3.8 vs 23.7 ± 2.1 / 22.2 ± 5.7 vs 22.9 ± 2.1 / 10.2 ± 4.4 vs 22.8 ± 6.2 | | baselines: majority answer 18.3, copy the input 34.7 (no run beats it); every model answers most instances of a task with one constant text; rank accuracy 44–52% (chance 50%, majority 36–54%) |
+# | positive controls (09): memorisation — the demo checkpoint fine-tuned 400 steps on 30 training instances, scored on them | loss on them 7.7 → 0.004 | | Rouge-L 97.1, exact match 86.7, rank accuracy 100 (majority 29.3 / 26.7 / 60.0): the pipeline works; the small models are what answers with constant text |
+# | fine-tuning from pre-training checkpoints 0 / 500 / 1,500 / 3,000 (span gain −0.001 / 0.003 / 0.018 / 0.027; document gain 0.000 / 0.048 / 0.120 / 0.171), 10 per task, 3 seeds | lowest held-out loss 6.310 / 5.835 / 5.610 / 5.426 (sd ≤ 0.15) | | generations do not move beyond seed spread; E2E name share 5–13% vs the best constant's 12% (memorised: 100%). The largest loss gain comes in the first 500 steps, while span gain is still ≈ 0 |
 #
 # **Why AdamWScale works** (04, one seed, 200 steps of the same model): the relative change of each tensor per
 # step, `|Δθ| / (lr·|θ|)`, averaged over the last 50 steps, spans 0.18–16.9 across tensors with plain AdamW (a
@@ -102,7 +109,7 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # Adafactor (1.4). This shows the mechanism; it ranks nothing.
 #
 # For orientation only — nanoT5's published C4 losses (T5-Base, 32k vocabulary, 65,536 steps × 128 × 512, about
-# 48,000 times the compute of the CPU demo by `flops_per_step`, as 06 computes it; not comparable with the numbers above): Adafactor inverse-sqrt /
+# 48,000 times the compute of the CPU demo by `flops_per_step` (lesson 07); not comparable with the numbers above): Adafactor inverse-sqrt /
 # cosine 1.995 / 1.993, AdamWScale 2.040 / 1.953, plain AdamW diverges; SNI Rouge-L 40.7 (pre-trained) vs ≈ 10.2
 # (random init).
 #
@@ -147,7 +154,7 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 #   The same command with `--num_processes 2` on a machine without a GPU runs real DDP over gloo on CPU
 #   processes (that is how the tests check it).
 # - **A preset for the GPU you have.** Memory and time below are **estimates**, not measurements (no GPU has run
-#   these presets yet): memory from `estimate_memory` (05), time from `flops_per_step` at an assumed 30% MFU
+#   these presets yet): memory from `estimate_memory` (07), time from `flops_per_step` at an assumed 30% MFU
 #   (nanoT5 measured 31% on an A100). `nanot5-edu pretrain PRESET --print-config` prints them for T4, L4, A100 and
 #   H100, and `bash benchmarks/gpu_check.sh` (≤ 10 minutes, writes `gpu_check.json`) measures step time, MFU and
 #   peak memory against them on your GPU.

@@ -168,3 +168,60 @@ def test_a_stream_resumed_twice_continues_exactly(c4_data):
     again, _ = stream_of(args)
     again.load_state_dict(second)
     assert [sha(next(again)) for _ in range(3)] == expected[3:]
+
+
+# Catches: close() losing the stream's position (a stream closed and used again starting over, or skipping batches).
+def test_a_closed_stream_goes_on_where_it_was(c4_data):
+    args = [*SMALL, *data_args(c4_data, workers=1), "optim.batch_size=8"]
+    straight, _ = stream_of(args)
+    expected = [sha(next(straight)) for _ in range(4)]
+    straight.close()
+    closed, _ = stream_of(args)
+    got = [sha(next(closed)) for _ in range(2)]
+    closed.close()
+    assert closed.state_dict()["loader"] is not None  # the position, kept
+    got += [sha(next(closed)) for _ in range(2)]
+    closed.close()
+    assert got == expected
+
+# Catches: a script (or notebook, or `train` run) that ends with a stream's data workers alive hanging at exit for
+# minutes. The workers ignore SIGTERM (so a SIGTERM to every process stops the run with a checkpoint), and Python's
+# exit sends its worker processes SIGTERM and then waits for them, forever, unless the stream is closed first.
+def test_a_script_exits_promptly_with_the_stream_workers_alive(tmp_path, c4_data):
+    import os
+    import signal
+    import subprocess
+    import sys
+    from cli_runs import ENV
+    script = f"""
+from nanot5_edu.data import load_corpus
+from nanot5_edu.spans import SpanCorruptionCollator
+from nanot5_edu.stream import StreamingBatches
+from nanot5_edu.tokenizer import load_tokenizer
+tok = load_tokenizer({str(c4_data / 'tok')!r})
+stream = StreamingBatches(load_corpus({str(c4_data / 'c4')!r}), tok, SpanCorruptionCollator(tok, 64), micro_batch=4,
+                          seed=0, num_workers=2, shuffle_buffer=32)
+next(stream)
+import nanot5_edu; print("took a batch", nanot5_edu.__file__, flush=True)  # and exits, the stream and its two workers alive
+"""
+    out = tmp_path / "out.txt"
+    with open(out, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=f, stderr=subprocess.STDOUT, env=ENV,
+                                cwd=tmp_path, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while "took a batch" not in out.read_text() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        assert "took a batch" in out.read_text(), out.read_text()[-3000:]
+        took = time.time()
+        try:
+            proc.wait(timeout=20)  # about 1 s when fixed; a hang lasts minutes (20 s leaves room for a loaded machine)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the script had not exited {time.time() - took:.0f} s after its last line: "
+                        f"{out.read_text()[-300:]!r}")
+        assert proc.returncode == 0, out.read_text()[-3000:]
+        print(f"exited {time.time() - took:.1f} s after its last line")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the script and its workers (same session)
+            proc.wait()

