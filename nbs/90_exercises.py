@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Exercises: checks against two oracles
-# > `EXERCISES`: one check per exercise of lessons 01–06; each compares a student's function with two independent references (`transformers`, the package or a hand computation) and names the first case that differs
+# > `EXERCISES`: one check per exercise of lessons 01–05 and 09; each compares a student's function with two independent references (`transformers`, the package or a hand computation) and names the first case that differs
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -12,7 +12,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 
 # %% [markdown]
 # This is a reference page, not a lesson. The exercise notebooks in the repository's `exercises/` folder (one per
-# lesson, 01–06) ask a student to write small functions; each has a check cell
+# lesson: 01–05 and 09) ask a student to write small functions; each has a check cell
 #
 # ```python
 # from nanot5_edu.exercises import EXERCISES
@@ -872,7 +872,7 @@ except AssertionError as e:
 
 
 # %% [markdown]
-# ## Lesson 05: training
+# ## Lesson 05: pre-training
 #
 # Both checks run the package's `T5` at a tiny size (2 + 2 blocks of width 32, 64 tokens). `span_gain`'s two
 # oracles are the model's own loss and a float64 hand computation from its logits; `train_step`'s are one backward
@@ -1022,7 +1022,7 @@ except AssertionError as e:
 
 
 # %% [markdown]
-# ## Lesson 06: fine-tuning metrics
+# ## Lesson 09: fine-tuning metrics
 #
 # Rouge-L is checked against the `rouge_score` package (stemming off) and the package's `rouge_l` (stemming on:
 # the cases use no two words that share a stem, so both must agree), and the hand-computed values below; exact
