@@ -594,7 +594,7 @@ plt.show()
 for bad in [lambda: load_corpus("missing.txt"), lambda: load_corpus(str(tmp / "bad" / "latin1.txt")),
             lambda: load_corpus("wikipedia"), lambda: load_corpus(str(tmp / "docs.jsonl"), txt_per_doc=True)]:
     try: bad()
-    except CorpusError as e: print(e, end="\n\n")
+    except CorpusError as e: print(str(e).replace(f"{tmp}/", ""), end="\n\n")  # paths shown inside the scratch folder
 
 # %%
 #| hide
@@ -618,11 +618,12 @@ test_fail(lambda: load_corpus(str(tmp / "docs.jsonl"), txt_per_doc=True), contai
 # %% [markdown]
 # ## Appendix: where a notebook finds its saved results
 #
-# Long experiments (the optimizer grid in [04_optimizers](04_optimizers.ipynb), the demo's sweep and long run in
-# [05_pretraining](05_pretraining.ipynb), the fine-tuning runs in [09_finetuning](09_finetuning.ipynb)) are
-# `#| slow` cells that save what they measured in `results/` beside the notebooks; the cells after them read those
-# files. In the repository that folder is `nbs/results`. A notebook opened from its Colab badge, or copied
-# elsewhere, has no such folder, so `results_file` falls back to the repository's copy, fetched over the network.
+# Long experiments (the optimizer grid in [04_optimizers](04_optimizers.ipynb), the demo's long run and sweeps in
+# [05_pretraining](05_pretraining.ipynb) and [05b_what_it_learned](05b_what_it_learned.ipynb), the fine-tuning runs
+# in [09b_what_pretraining_buys](09b_what_pretraining_buys.ipynb)) are `#| slow` cells that save what they measured in `results/` beside the
+# notebooks; the cells after them read those files. In the repository that folder is `nbs/results`. A notebook
+# opened from its Colab badge, or copied elsewhere, has no such folder, so `results_file` falls back to the
+# repository's copy, fetched over the network.
 # (The files stay in one place, the repository, rather than also in the installed package.)
 
 # %%

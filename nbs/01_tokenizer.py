@@ -498,7 +498,7 @@ test_fail(lambda: sentinel_ids(load_tokenizer(tmp / "no_sentinels"), 100), conta
 try: train_tokenizer(["hello world, hello there"] * 50, 5000, tmp / "small")
 except TokenizerError as e: print(e); suggested = int(re.search(r"try vocab_size=(\d+)", str(e)).group(1))
 try: load_tokenizer(tmp / "unigram" / "spiece.model")
-except TokenizerError as e: print(e)
+except TokenizerError as e: print(str(e).replace(f"{tmp}/", ""))  # the path shown inside the scratch folder
 
 # %% [markdown]
 # The suggested size works:

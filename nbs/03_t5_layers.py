@@ -903,7 +903,7 @@ for cfg in test_configs:
 
 # %% [markdown]
 # `top_k=k` samples each token among the *k* most likely instead of taking the best one (more varied text,
-# e.g. for filling blanks in [05_pretraining](05_pretraining.ipynb)). With `top_k=1` it is greedy decoding again, and a seeded generator makes a
+# e.g. for filling blanks in [05b_what_it_learned](05b_what_it_learned.ipynb)). With `top_k=1` it is greedy decoding again, and a seeded generator makes a
 # sample repeatable:
 
 # %%

@@ -1,6 +1,6 @@
 # %% [markdown]
-# # Pre-training: the loop and what it learns
-# > The pre-training loop, bare; bf16 and gradient accumulation; an evaluation that says what the model learned (held-out loss, baselines, and the encoder's three gains); then the CPU demo filling blanks, and when the skill emerges
+# # Pre-training: the loop, its evaluation and the CPU demo
+# > The pre-training loop, bare; bf16 and gradient accumulation; an evaluation that says what the model learned (held-out loss, baselines, and the encoder's three gains); then the CPU demo, trained for ten minutes and scored by that evaluation
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -16,9 +16,8 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # ([04](04_optimizers.ipynb)). This lesson builds the pre-training loop in a dozen lines, makes it faster without
 # changing what it computes (bf16, gradient accumulation), and builds the measurement that says what it learned: the
 # held-out loss against two baselines, and what the encoder's input is worth, split into reading the words around each
-# blank and merely knowing which speech it is. The payoff: a model trained for about ten minutes on 2 CPU cores that
-# fills blanks in State of the Union speeches, scored by that measurement, and then the question of when the skill
-# emerges.
+# blank and merely knowing which speech it is. The payoff: a model trained for about ten minutes on 2 CPU cores to
+# fill blanks in State of the Union speeches, scored by that measurement.
 #
 # The engineering a long run needs (a data stream that resumes, one config tree, FLOPs and memory, checkpoints, several
 # processes) comes in lessons [06](06_streams.ipynb), [07](07_config.ipynb) and [08](08_real_runs.ipynb).
@@ -41,15 +40,15 @@ from nanot5_edu.tokenizer import sentinel_ids
 # %%
 #| hide
 from fastcore.test import test_eq, test_fail, test_close
-import dataclasses, json, math, random, tempfile
+import dataclasses, math, random, tempfile
 from pathlib import Path
 import matplotlib.pyplot as plt
 import datasets
-from nanot5_edu.data import load_corpus, results_file
+from nanot5_edu.data import load_corpus
 from nanot5_edu.model import PRESETS as MODEL_PRESETS, T5
 from nanot5_edu.optim import get_lr_scheduler, get_optimizer
 from nanot5_edu.spans import pack_dataset
-from nanot5_edu.tokenizer import DEMO_VOCAB_SIZE, load_tokenizer, train_tokenizer
+from nanot5_edu.tokenizer import DEMO_VOCAB_SIZE, train_tokenizer
 datasets.disable_progress_bars()
 random.seed(0); np.random.seed(0); torch.manual_seed(0);
 
@@ -182,7 +181,7 @@ for a, b in zip(whole, accumulated):
 # is fixed, so the numbers are deterministic. In the results the three losses are `eval_loss_own`,
 # `eval_loss_same_document` and `eval_loss_other_document`; `eval_loss_shuffled_encoder` is (c) again, under the
 # name it had before the gain was split (older logs use it). A streamed corpus has no end to draw from: its evaluation rows are
-# its first `eval.batches × eval.batch_size` packed rows, and every evaluation reports how many documents they
+# its first `eval.batches × eval.batch_size` packed rows (settings of the config tree of lesson [07](07_config.ipynb)), and every evaluation reports how many documents they
 # cover (`eval_documents`) and how many rows have both partners (`eval_gain_rows`; few on C4, whose documents
 # are mostly shorter than a row).
 #
@@ -393,7 +392,9 @@ def gain_table(table: dict[str, dict]) -> str:
 # %% [markdown]
 # A check by hand on a small untrained model and the batches above: (b) is the plain loss of the gain rows'
 # labels decoded from their same-document partners' inputs, the gains add up, and the split by token kind
-# adds back up to the whole:
+# (`gain_by_token_kind`: the same three losses over sentinels and EOS, span tokens that also stand in the row's
+# input, and the other span tokens; lesson [05b](05b_what_it_learned.ipynb) reads it on the demo) adds back up to
+# the whole:
 
 # %%
 torch.manual_seed(0)
@@ -514,24 +515,25 @@ test_fail(lambda: fill_in(stub, fill_tok, "word " * 200 + "<extra_id_0>", max_in
 # %% [markdown]
 # ## The CPU demo
 #
-# The README's main command, `nanot5-edu pretrain`, runs exactly this: the `cpu-demo` preset, which is the
-# recipe picked by the sweep in "How the demo's recipe was chosen" at the end of this lesson. The `tiny` model is cut to **1 encoder + 1 decoder layer** (d_model 256,
-# 8 heads, gated-GELU 1024, vocabulary 8,192: 6.6M parameters, two thirds of them the embedding and the LM
-# head). Each row is 141 raw tokens, corrupted into 128 encoder and 29 target tokens; batch 16; 3,000 steps
-# of AdamWScale at lr 4e-2 with nanoT5's cosine schedule (100 warmup steps); bf16 autocast; an evaluation
-# every 250 steps. It is sized for about 10 minutes on 2 CPU cores (9.8 minutes on 2 idle cores). The bars to clear: the
-# per-position unigram baseline for the loss (a model that knows only how often each token appears at each
-# target position; plain unigram entropy is easier still), and — for span filling — a `span_gain` well above
-# what an untrained model shows from noise alone (the check in the Evaluation section: 0.011 on 128 rows). The
-# goal we set for it: held-out loss ≤ 4.5 and `span_gain` ≥ 0.1 nats (the input's own context makes a target
-# token ~1.1× likelier on average). Whether it gets there is the question of this section and the last one.
+# The README's main command, `nanot5-edu pretrain`, runs exactly this: the `cpu-demo` preset, which is the best recipe
+# of an earlier sweep of 15 short runs
+# ([experiments/demo_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/demo_sweep.py)). The
+# `tiny` model is cut to **1 encoder + 1 decoder layer** (d_model 256, 8 heads, gated-GELU 1024, vocabulary 8,192: 6.6M
+# parameters, two thirds of them the embedding and the LM head). Each row is 141 raw tokens, corrupted into 128 encoder
+# and 29 target tokens; batch 16; 3,000 steps of AdamWScale at lr 4e-2 with nanoT5's cosine schedule (100 warmup steps);
+# bf16 autocast; an evaluation every 250 steps. It is sized for about 10 minutes on 2 CPU cores (9.8 minutes on 2 idle
+# cores). The bars to clear: the per-position unigram baseline for the loss (a model that knows only how often each
+# token appears at each target position; plain unigram entropy is easier still), and — for span filling — a `span_gain`
+# well above what an untrained model shows from noise alone (the check in the Evaluation section: 0.011 on 128 rows).
+# The goal we set for it: held-out loss ≤ 4.5 and `span_gain` ≥ 0.1 nats (the input's own context makes a target token
+# ~1.1× likelier on average). Whether it gets there is the question of this section.
 #
 # `train` (imported below from `nanot5_edu.train`) runs this same loop plus the engineering a long run needs (a data
 # stream that resumes, one config tree, evaluation during the run, checkpoints, several processes), which lessons
 # [06](06_streams.ipynb)–[08](08_real_runs.ipynb) build; here it is the way to run the loop for 3,000 steps.
 
 # %%
-from nanot5_edu.train import make_config, train, validation_batches  # lesson 08 builds them
+from nanot5_edu.train import make_config, train  # lesson 08 builds them
 
 # %%
 #| slow
@@ -560,8 +562,7 @@ Image(filename=demo["loss_plot"])
 # the words around each blank is worth 0.027 nats, small but clear of zero (and above the 0.011 that an untrained
 # model shows from noise on 128 rows). During the run (`results/demo_run.json`) `document_gain` rose fast and early
 # (0.068 at step 750, 0.118 at 1,000) while `span_gain` crept (0.007 at 750, 0.012 at 1,000, 0.018 at 1,500, 0.027 at
-# 3,000). Of the goal we set, the held-out loss (≤ 4.5) is met; `span_gain` ≥ 0.1 is not (see "When does the skill
-# emerge?" below).
+# 3,000). Of the goal we set, the held-out loss (≤ 4.5) is met; `span_gain` ≥ 0.1 is not.
 #
 # The other panels: held-out token accuracy (the target token is the model's most likely one) is 0.28 after 250
 # steps and creeps to 0.31 by the end — most of what the loss still gains after that is confidence, not new right
@@ -576,372 +577,6 @@ Image(filename=demo["loss_plot"])
 # loaded machine, so the true share is lower; the peak varies from machine to machine). The rest goes to the small
 # matmuls of a 256-wide model, attention, the optimizer and Python. (The `ms_per_step` logged in
 # `results/demo_run.json` is no guide here: that copy of the run shared its cores and logged 140 ms to 5 s a step.)
-
-# %% [markdown]
-# ## Seeing it fill blanks
-#
-# Eight held-out rows from eight different speeches, drawn and corrupted as in evaluation (the first rows of the
-# evaluation batches, one per speech). For each blank: what was there; the log-probability the demo model gives
-# the true span (summed over its tokens) when its encoder reads (a) the row's own input, (b) the other passage of
-# the same speech, (c) another speech's row — the three inputs behind `span_gain` and `document_gain`, one blank
-# at a time; its greedy fill from its own input; and its five most likely first tokens for the blank
-# (teacher-forced: the decoder has read the true target up to the blank), with their probabilities.
-
-# %%
-#| slow
-demo_model = T5.from_hf(demo["hf_export"]).eval()
-demo_tok = load_tokenizer(demo["hf_export"])
-demo_cfg = make_config("cpu-demo")
-demo_batches = validation_batches(demo_cfg, demo_tok)  # the run's own evaluation rows
-demo_autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # as in the run
-
-@torch.no_grad()
-def blank_scores(model, tokenizer, input_ids, labels, top=5) -> dict[int, tuple[float, list]]:
-    "Per blank k: log p(true span | input) summed over its tokens, and the top first tokens [(token, p)]"
-    logp = model(input_ids[None], labels=labels[None]).logits[0].float().log_softmax(-1)
-    index, out, k = {s: k for k, s in enumerate(sentinel_ids(tokenizer))}, {}, None
-    for j, t in enumerate(labels.tolist()):
-        if t == tokenizer.eos_token_id or t < 0:
-            break
-        if t in index:
-            k = index[t]
-            p, ids = logp[j + 1].exp().topk(top)
-            out[k] = [0.0, [(tokenizer.decode([i]), round(float(q), 3)) for q, i in zip(p, ids)]]
-        elif k is not None:
-            out[k][0] += float(logp[j, t])
-    return out
-
-b, seen, shown = demo_batches[0], set(), 0
-for i in range(len(b["input_ids"])):
-    if shown == 8 or int(b["document"][i]) in seen or not b["gain_row"][i]:
-        continue
-    seen.add(int(b["document"][i])); shown += 1
-    truth = split_at_sentinels(b["labels"][i].tolist(), demo_tok)
-    greedy = generate_spans(demo_model, demo_tok, b["input_ids"][i:i + 1])
-    scores = [blank_scores(demo_model, demo_tok, b[key][i], b["labels"][i])
-              for key in ("input_ids", "same_document_input_ids", "other_document_input_ids")]
-    print(f"[speech {int(b['document'][i])}] " + demo_tok.decode(b["input_ids"][i]).replace("</s>", "")[:240] + " …")
-    for k in sorted(truth):
-        (a, top5), (same, _), (other, _) = (s[k] for s in scores)
-        print(f"  <extra_id_{k}> {truth[k]!r:24} log p (a) {a:6.2f} (b) {same:6.2f} (c) {other:6.2f}  "
-              f"greedy {greedy.get(k, '')!r:14} top 5: " + ", ".join(f"{t!r} {q:.2f}" for t, q in top5))
-
-# %% [markdown]
-# What to look for: a blank whose true span is much likelier under (a) than under (b) is one the model filled from
-# the words around it; one where (a) and (b) are level but (c) is lower is one where knowing the speech was enough.
-# The saved output shows mostly the second kind. In the passage of speech 6 on a treaty with Great Britain,
-# "formally colonized" has log-probability −19.9 with its own input and −19.8 with the neighbouring passage, but
-# −24.8 with another speech's: the model knows what this speech talks about, not what stood around the blank. The
-# greedy fills are the other half of the story: nearly every blank gets "the" or "of the", and the top-5 first
-# tokens are the same few frequent words ("the", "of", ",", "and", "to") at 2–9% each, whatever the blank. The
-# model's best guess for a blank is still "a frequent word"; the context shifts the probabilities of the right
-# answer a little, without changing the guess.
-
-# %% [markdown]
-# **Where the gain comes from, by kind of target token.** `gain_by_token_kind` splits the three losses over the
-# run's own evaluation rows into sentinels and EOS (their place is fixed by the masks: no input helps), span
-# tokens that also occur elsewhere in the row's input (a model could copy them), and the other span tokens. The
-# "all" row is the run's final evaluation again (the same rows and masks, from the exported weights):
-
-# %%
-#| slow
-demo_kinds = gain_by_token_kind(demo_model, demo_tok, demo_batches, demo_autocast)
-print(gain_table(demo_kinds))
-for g in GAINS:
-    test_close(demo_kinds["all"][g], demo[f"final_{g}"], eps=2e-3)
-
-# %% [markdown]
-# The "all" row repeats the run's final evaluation (4.324, 4.351, 4.522). Sentinels and EOS (27.6% of the targets)
-# gain nothing from any input, as expected: their places are fixed by the masks. Both kinds of span token gain
-# about the same from the row's own context: 0.038 nats for tokens that also stand elsewhere in the input and 0.036
-# for the rest. So the model has **not learned to copy** a word it can see in its input — that would make the first
-# kind's `span_gain` much larger than the second's. Knowing the speech is worth more for the rarer tokens that are
-# not in the input (`document_gain` 0.288 against 0.178): the speech's topic narrows down its vocabulary.
-
-# %% [markdown]
-# **A cloze probe whose answer only the context holds.** Thirty short passages, written for this probe, each with
-# one blank whose answer — a name, a place or a number — stands earlier in the same passage. Each is scored by
-# the log-probability of the true fill with the passage's own text as encoder input, and with the next
-# passage's text instead (the last item takes the first's): a model that reads its context should make the true
-# fill likelier with its own passage. The score is the share of items where it does; chance is 50%. The demo
-# model against the same architecture at its random initialisation, and — where the Hugging Face hub is
-# reachable — Google's `t5-v1_1-small` (77M parameters, pre-trained on C4), loaded with `T5.from_hf`.
-
-# %%
-CLOZE = [
-    ("Senator Harlan of Ohio introduced the bill in March. We owe its passage to Senator <extra_id_0>.", "Harlan"),
-    ("Our treaty with Peru was signed this spring. Our friendship with <extra_id_0> has never been stronger.", "Peru"),
-    ("In 1946 the Congress created the Atomic Energy Commission. Since <extra_id_0> it has served the Nation well.", "1946"),
-    ("The Mississippi flooded again last summer. Levees along the <extra_id_0> must be rebuilt.", "Mississippi"),
-    ("I have asked Secretary Morgan to lead this effort. Secretary <extra_id_0> will report to the Congress in the fall.", "Morgan"),
-    ("We sent 12 ships to the Pacific this year. Those <extra_id_0> ships have kept the sea lanes open.", "12"),
-    ("The people of Alaska have waited long for statehood. I urge the Congress to admit <extra_id_0> as a State.", "Alaska"),
-    ("Farm income fell by 9 percent last year. A fall of <extra_id_0> percent is a hardship for every family on the land.", "9"),
-    ("General Carver commands our forces in Europe. I have full confidence in General <extra_id_0>.", "Carver"),
-    ("The Panama Canal carries the commerce of the world. We will keep the <extra_id_0> Canal open to all nations.", "Panama"),
-    ("Our debt to Britain was settled in 1923. Since <extra_id_0> our two nations have traded freely.", "1923"),
-    ("The State of Texas has suffered a long drought. Relief for <extra_id_0> is my first request to you.", "Texas"),
-    ("Mr. Whitney built the first of these mills. The mills of Mr. <extra_id_0> now employ thousands.", "Whitney"),
-    ("We have 48 hospitals for our veterans. Each of these <extra_id_0> hospitals needs more doctors.", "48"),
-    ("The Columbia River dam is now complete. Power from the <extra_id_0> will light a million homes.", "Columbia"),
-    ("Mexico has asked for our help after the earthquake. We will stand by the people of <extra_id_0>.", "Mexico"),
-    ("Judge Lawrence was confirmed last week. Judge <extra_id_0> will serve on the Supreme Court with distinction.", "Lawrence"),
-    ("The new highway will run 600 miles across the plains. Those <extra_id_0> miles will join east and west.", "600"),
-    ("Our embassy in Japan was reopened in the spring. Trade with <extra_id_0> has doubled since then.", "Japan"),
-    ("The port of Baltimore handled record cargo this year. The workers of <extra_id_0> deserve our thanks.", "Baltimore"),
-    ("Governor Ellis of Kansas asked for federal aid. I have granted the request of Governor <extra_id_0>.", "Ellis"),
-    ("The census counted 131 million Americans. A Nation of <extra_id_0> million people needs more schools.", "131"),
-    ("The Hudson must be cleaned of the waste that fouls it. A clean <extra_id_0> is within our reach.", "Hudson"),
-    ("We have signed a trade agreement with Canada. Our commerce with <extra_id_0> will grow every year.", "Canada"),
-    ("Admiral Dewey won the battle at Manila. The Nation honors Admiral <extra_id_0>.", "Dewey"),
-    ("Wheat sold for 2 dollars a bushel this fall. At <extra_id_0> dollars a bushel, the farmer can pay his debts.", "2"),
-    ("The Philippines will become independent in July. The people of the <extra_id_0> have earned their freedom.", "Philippines"),
-    ("The mine disaster in Virginia took 40 lives. The families of the <extra_id_0> men have our sympathy.", "40"),
-    ("Dr. Palmer leads our work against polio. The laboratory of Dr. <extra_id_0> has made great progress.", "Palmer"),
-    ("Our exports to China rose sharply this year. The market of <extra_id_0> is open to American goods.", "China"),
-]
-
-
-@torch.no_grad()
-def fill_log_prob(model, tokenizer, text: str, fill: str) -> float:
-    "log p(fill | text) for the blank <extra_id_0>, summed over the fill's tokens"
-    ids = tokenizer(text, return_tensors="pt").input_ids
-    labels = tokenizer("<extra_id_0> " + fill, return_tensors="pt").input_ids
-    logp = model(ids, labels=labels).logits[0].float().log_softmax(-1)
-    return sum(float(logp[j, labels[0, j]]) for j in range(1, labels.shape[1] - 1))  # the fill: not sentinel, EOS
-
-
-def cloze_score(model, tokenizer, items=CLOZE) -> tuple[float, list[float]]:
-    "Share of items whose true fill is likelier with their own passage than with the next item's (ties: half)"
-    model.eval()
-    margins = [fill_log_prob(model, tokenizer, text, fill) - fill_log_prob(model, tokenizer, items[(i + 1) % len(items)][0], fill)
-               for i, (text, fill) in enumerate(items)]
-    return float(np.mean([1.0 if m > 0 else 0.5 if m == 0 else 0.0 for m in margins])), margins
-
-
-test_eq(len(CLOZE), 30)
-test_eq(all(fill in text.split("<extra_id_0>")[0] for text, fill in CLOZE), True)  # the answer stands earlier
-
-# %%
-#| slow
-torch.manual_seed(0)
-random_init = T5(demo_model.config)
-for name, model in (("demo model", demo_model), ("random init, same architecture", random_init)):
-    share, margins = cloze_score(model, demo_tok)
-    print(f"{name:32} true fill likelier with its own passage: {share:.0%} of {len(CLOZE)} "
-          f"(mean log-prob margin {np.mean(margins):+.2f} nats)")
-
-# %%
-#| slow
-try:
-    small, small_tok = T5.from_hf("google/t5-v1_1-small"), load_tokenizer("google/t5-v1_1-small")
-except Exception as e:  # offline, or no cached copy
-    print(f"skipped google/t5-v1_1-small: the Hugging Face hub is not reachable here ({type(e).__name__})")
-else:
-    share, margins = cloze_score(small, small_tok)
-    print(f"{'google/t5-v1_1-small':32} true fill likelier with its own passage: {share:.0%} of {len(CLOZE)} "
-          f"(mean log-prob margin {np.mean(margins):+.2f} nats)")
-
-# %% [markdown]
-# The demo model makes the true fill likelier with its own passage in 20 of the 30 items (67%; the mean margin is
-# +0.66 nats); the same architecture at its random initialisation scores 50%, chance. 20 or more of 30 by chance
-# alone has a probability of about 0.05, so this is weak evidence on a small probe: the model reads a little of its
-# passage, which agrees with its small `span_gain`. `google/t5-v1_1-small` could not be loaded where this output
-# was saved (no network); run the cell where the hub is reachable to see what a model pre-trained on C4 scores.
-
-# %% [markdown]
-# Type your own: mark blanks with `<extra_id_0>`, `<extra_id_1>`, … and press enter (needs a live kernel and the
-# demo model above). Sampling (`top_k`) shows the range of fills the model considers likely.
-
-# %%
-#| slow
-import ipywidgets as widgets
-box = widgets.Text(value="The <extra_id_0> of the United States shall <extra_id_1> to the Congress.",
-                   layout=widgets.Layout(width="90%"), continuous_update=False)
-k_slider = widgets.IntSlider(0, 0, 50, description="top_k (0: greedy)")
-def show_fill(text, top_k):
-    try:
-        print(fill_in(demo_model, demo_tok, text, demo_cfg.data.inputs_length, top_k=top_k or None))
-    except ValueError as e:
-        print("error:", e)
-widgets.interact(show_fill, text=box, top_k=k_slider)
-
-# %% [markdown]
-# ## When does the skill emerge?
-#
-# The demo's `span_gain` is 0.027 nats after 10 minutes: span filling has started, but it is small next to
-# `document_gain`. Two questions: would another recipe of the same 10 minutes teach more span filling, and how much
-# compute does the skill need?
-#
-# ### Which recipe teaches span filling?
-#
-# Six recipes, each a change to the `cpu-demo` preset that keeps T5's objective (noise density 0.15, mean span 3):
-# the demo itself; deeper encoders (4 + 1 layers; 4 + 1 layers at half the width, which takes about as many steps
-# as the demo); 2 + 2 layers; and longer inputs with the same tokens per step (256 tokens × batch 8, 512 × 4: more
-# context around each blank). Every recipe gets the **same 5 minutes of training on 2 idle cores**: a calibration
-# loop timed each recipe's step on a quiet machine, and `total_steps` is 300 s divided by that, so each cosine
-# schedule ends on time ([experiments/span_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/span_sweep.py),
-# `results/span_sweep.jsonl`). Each is scored by `span_gain` on its own held-out rows (512 rows across all
-# validation speeches), with the document-bootstrap interval. One seed each, three for the two leaders: a screen.
-# Losses are not comparable across input lengths (longer inputs have longer targets).
-
-# %%
-span_runs = [json.loads(l) for l in results_file("span_sweep.jsonl").read_text().splitlines()]
-screen = sorted((r for r in span_runs if r["budget_s"] == 300), key=lambda r: -r["span_gain"])
-print(f"{'recipe':10} {'seed':>4} {'change to cpu-demo':58} {'ms/step':>7} {'steps':>5} {'loss':>6}  {'span_gain [95%]':>22}  {'document_gain':>13}")
-for r in screen:
-    lo, hi = r["span_gain_ci95"]
-    print(f"{r['name']:10} {r['seed']:4d} {' '.join(r['overrides']) or '(none)':58} {r['calib_ms_per_step']:7.0f} {r['steps']:5d} "
-          f"{r['eval_loss']:6.3f}  {r['span_gain']:6.3f} [{lo:6.3f}, {hi:6.3f}]  {r['document_gain']:13.3f}")
-for name in sorted({r["name"] for r in screen}):
-    runs = [r["span_gain"] for r in screen if r["name"] == name]
-    if len(runs) > 1:
-        print(f"{name}: span_gain over {len(runs)} seeds: mean {np.mean(runs):.3f}, range {min(runs):.3f}–{max(runs):.3f}")
-
-# %% [markdown]
-# What the screen shows, after 5 minutes each (one seed, 95% intervals over speeches):
-#
-# - **The demo's own recipe and 2 + 2 layers lead, and three seeds do not separate them.** The demo recipe (1 + 1)
-#   gives `span_gain` 0.016, 0.014 and 0.008 over three seeds (mean 0.013); 2 + 2 layers 0.011, 0.004 and 0.009
-#   (mean 0.008). The seed ranges overlap, so the screen ranks neither above the other; seed-to-seed spread
-#   (0.008–0.016 for one recipe) is as large as most differences between recipes. 256-token inputs gave 0.009
-#   [0.006, 0.011] (one seed).
-# - **Depth did not buy span filling at this budget.** A 4-layer encoder (4 + 1) took 669 steps in the 5 minutes
-#   against the demo's 1,610 and reached 0.001, with its interval around zero. The narrow 4 + 1 model (d_model
-#   128) took as many steps as the demo (1,632) and reached only 0.002 [−0.001, 0.005]: more steps at fewer
-#   parameters did not help either.
-# - **Longer inputs did not help.** 512-token inputs (batch 4, so the same tokens per step) reached 0.001
-#   [0.000, 0.002]; 256 tokens 0.009. More context per blank is no use to a model that has not yet learned to read
-#   the context it has.
-# - `document_gain` follows roughly the same order (only 2 + 2 and 256 tokens swap places; 0.122 for the demo, 0.030–0.095 for the rest): at this budget every
-#   recipe learns "which speech" before "which words around the blank", and the ones that learn less of one learn
-#   less of the other.
-#
-# So the goal we set for a 10-minute CPU run — `span_gain` ≥ 0.1 nats with held-out loss ≤ 4.5 — is **not reached
-# by any recipe tried**: the best, the demo's, gives 0.027 in 10 minutes (held-out loss 4.324 ✓).
-
-# %% [markdown]
-# ### Span filling against compute
-#
-# Every evaluation of every run with the split gains — the six 5-minute runs and the demo's 3,000 steps — against
-# the training FLOPs spent so far (`flops_per_step` × step, log axis). Within one run the points are not
-# independent experiments (each run's cosine schedule shapes its own curve); the end points of the demo recipe at
-# two budgets (5 and 10 minutes, each with a complete schedule) are the cleanest evidence of how the skill grows
-# with compute.
-
-# %%
-demo_run = json.loads(results_file("demo_run.json").read_text())
-curves = [(f"{r['name']} (5 min)", [c["flops"] for c in r["curve"]], r["curve"]) for r in span_runs]
-curves.append(("cpu-demo, 3,000 steps", [e["step"] * demo_run["flops_per_step"] for e in demo_run["evals"]], demo_run["evals"]))
-fig, axs = plt.subplots(1, 2, figsize=(13, 4), sharex=True)
-for label, flops, curve in curves:
-    at = [i for i, f in enumerate(flops) if f > 0]
-    style = dict(color="k", lw=2, marker="o") if label.startswith("cpu-demo") else dict(lw=1, marker=".")
-    for ax, g in zip(axs, ("span_gain", "document_gain")):
-        ax.plot([flops[i] for i in at], [curve[i][g] for i in at], label=label, **style)
-for ax, g in zip(axs, ("span_gain", "document_gain")):
-    ax.set_xscale("log"); ax.set_xlabel("training FLOPs so far"); ax.set_ylabel(f"{g} (nats)"); ax.axhline(0, color="gray", lw=0.5)
-axs[0].axhline(0.1, color="C3", ls="--", lw=1, label="span_gain 0.1"); axs[0].legend(fontsize=7)
-plt.tight_layout(); plt.show()
-# the demo recipe with a complete schedule at two budgets: 5 minutes (the screen) and 10 (the demo)
-five = next(r for r in span_runs if r["name"] == "demo" and r["budget_s"] == 300)
-points = [(five["steps"] * five["flops_per_step"], five["span_gain"]),
-          (demo_run["evals"][-1]["step"] * demo_run["flops_per_step"], demo_run["evals"][-1]["span_gain"])]
-per_doubling = (points[1][1] - points[0][1]) / np.log2(points[1][0] / points[0][0])
-doublings = (0.1 - points[1][1]) / per_doubling
-print(f"demo recipe, complete schedules: span_gain {points[0][1]:.3f} at {points[0][0]:.2e} FLOPs, "
-      f"{points[1][1]:.3f} at {points[1][0]:.2e} FLOPs: +{per_doubling:.3f} nats per doubling of compute")
-print(f"EXTRAPOLATION (a straight line in log-compute through two points, not a measurement): span_gain 0.1 after "
-      f"{doublings:.1f} more doublings, about {2 ** doublings:.0f}x the demo's compute "
-      f"({2 ** doublings * 10 / 60:.0f} hours on 2 CPU cores at the demo's speed)")
-
-# %% [markdown]
-# Read the left panel against the right one: at every budget, `document_gain` is several times `span_gain`, and
-# `span_gain` grows slowly and steadily along the demo's run (with a pause between steps 1,000 and 1,250, and flat over
-# the last 500 steps, where the cosine schedule has brought the learning rate near its floor). The demo recipe's two complete
-# schedules give +0.012 nats per doubling of compute (0.016 at 5 minutes, 0.027 at 10). A straight line in
-# log-compute through those two points — **an extrapolation, not a measurement**: one seed each, and nothing says
-# the growth stays linear (it could speed up once the model learns to copy from its input, or flatten) — reaches
-# 0.1 at about 80× the demo's compute: about 14 hours of this CPU, or, at the demo's 7.4e13 FLOPs per run, about
-# 6e15 FLOPs: about a minute of an A100 at the 31% MFU nanoT5 measured for T5-Base (the demo's tiny model would use
-# an A100 far less well, so longer in practice). That is the scale of the question: span filling is a skill that needs far more compute than 10 CPU
-# minutes give, which is why nanoT5 trains for 16 hours on a GPU.
-#
-# ### How the demo's recipe was chosen
-#
-# The demo's recipe came from an earlier sweep of 15 recipes at 150 s each, scored by the **encoder gain** (each
-# held-out row scored with the input of a row drawn across all speeches: (c) − (a), before the gain was split, so
-# it is mostly `document_gain`). Each recipe there is a change to the demo's first default (nanoT5's shape scaled
-# down: 4 + 4 layers at lr 2e-2), pinned by
-# [experiments/demo_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/demo_sweep.py). Losses
-# of different vocabulary sizes or input lengths are not comparable, and each point is one seed.
-
-# %%
-sweep = [json.loads(l) for l in results_file("demo_sweep.jsonl").read_text().splitlines()]  # nbs/results (00's appendix)
-budgets = sorted({r["budget_s"] for r in sweep})
-fig, axs = plt.subplots(1, 2, figsize=(12, 4))
-for r in sweep:
-    if r["budget_s"] != budgets[0]:
-        continue
-    axs[0].scatter(r["eval_loss"], r["encoder_gain"])
-    axs[0].annotate(r["name"], (r["eval_loss"], r["encoder_gain"]), fontsize=8, xytext=(3, 3), textcoords="offset points")
-    minutes = [c["step"] * r["calib_ms_per_step"] / 60_000 for c in r["curve"]]
-    axs[1].plot(minutes, [c["encoder_gain"] for c in r["curve"]], ".-", label=r["name"])
-axs[0].set_xlabel("held-out loss (nats/token; not comparable across vocabulary sizes)"); axs[0].set_ylabel("encoder gain (nats)")
-axs[0].set_title(f"every recipe after {budgets[0]:.0f} s of training on 2 CPU cores")
-axs[1].set_xlabel("minutes of training (step x measured ms/step)"); axs[1].set_ylabel("encoder gain (nats)")
-axs[1].legend(fontsize=7, ncol=2); axs[1].set_title("encoder gain during each run")
-plt.tight_layout(); plt.show()
-print(f"{'recipe':16} {'overrides':75} {'ms/step':>7} {'steps':>6} {'loss':>6} {'gain':>6}")
-for r in sorted(sweep, key=lambda r: (r["budget_s"], -r["encoder_gain"])):
-    print(f"{r['name']:16} {' '.join(r['overrides']) or '(the old default)':75} {r['calib_ms_per_step']:7.0f} {r['steps']:6d} "
-          f"{r['eval_loss']:6.3f} {r['encoder_gain']:6.3f}")
-
-# %% [markdown]
-# What the sweep says, at 150 s of training each. One seed per recipe, and the calibration of recipes with the
-# same shape differs by up to ±8% (162–191 ms a step for the four 1 + 1 runs), so gaps of a hundredth of a nat are not rankings:
-#
-# - **Fewer layers win.** 4 + 4 layers reach an encoder gain of 0.035, 2 + 2 layers 0.068, 1 + 1 layers 0.074:
-#   a smaller model takes more steps in the same time, and at this budget steps matter more than depth. A deeper
-#   encoder over a 1-layer decoder (2 + 1, 3 + 1) is *worse* (0.045, 0.023), not better. (2 + 2 against 1 + 1 is
-#   within what one seed can tell; both are clearly above 4 + 4.)
-# - **The learning rate matters, up to a cliff.** With 1 + 1 layers: 1e-2 gives 0.030, 2e-2 0.074, 4e-2 **0.080**
-#   (and the lowest loss of the 8k-vocabulary, 128-token runs), 8e-2 breaks the run (loss 5.06, gain 0.000).
-#   4e-2 is half the rate that broke; the demo's 3,000-step run above shows whether it holds over a longer schedule.
-# - On the 2 + 2 model, batch 16 beats 8; on the 4 + 4 model, batch 16 beats 64 and AdamWScale beats plain AdamW
-#   at 1e-3. Inputs of 64 tokens lower the loss (shorter targets are easier) without raising the gain; a
-#   2,000-piece vocabulary lowers the loss per token (not comparable) without raising the gain.
-# - **`torch.compile` does not pay on CPU** here: measured through the real loop on the chosen recipe
-#   (`experiments/compile_pays.sh`, `results/compile_cpu.json`), compiled steps are 1.02× faster and the 500-step
-#   run takes 124 s instead of 98 s, compilation included.
-#
-# No recipe comes near the goal this earlier sweep had set, an encoder gain of 0.5 nats (before the split into
-# span and document gain, and the `span_gain` ≥ 0.1 goal of this lesson); the demo uses the best one, `L1-lr4e-2`.
-
-# %% [markdown]
-# On a GPU the same recipe runs at a larger batch, and the question becomes how long the skill takes to
-# emerge there. This cell (`#| gpu`: it trains only on a machine with CUDA, and elsewhere says what it skipped) trains the demo recipe at batch 128
-# with bf16 and `torch.compile`, and prints the minutes at which `span_gain` first reaches 0.1 nats, with the three gains at the end. The
-# lr (4e-2) and warmup were tuned at batch 16 and are not re-tuned here. 30,000 steps of batch 128 are 80× the
-# demo's compute: the run tests the extrapolation above. No GPU was available to this course's authors yet, so the
-# cell has no saved output.
-
-# %%
-#| gpu
-if not torch.cuda.is_available():  # the flag only affects nbdev-test: on a CPU runtime this would train for hours
-    print("No CUDA device: skipped the 30,000-step GPU run of the demo recipe (batch 128, bf16, torch.compile).")
-else:
-    gpu_run = train(make_config("cpu-demo", ["optim.batch_size=128", "train.total_steps=30000", "train.compile=true",
-                                             "eval.every_steps=1000", "logging.every_steps=500",
-                                             "logging.run_dir=../runs/cpu-demo-gpu", "checkpoint.resume=never"]))
-    gpu_lines = [json.loads(l) for l in (Path(gpu_run["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
-    gpu_evals = [m for m in gpu_lines if m.get("span_gain") is not None]
-    crossed = next((e for e in gpu_evals if e["span_gain"] >= 0.1), None)
-    gpu_ms = np.mean([m["ms_per_step"] for m in gpu_lines if "ms_per_step" in m])
-    print(f"{gpu_run['wall_s'] / 60:.1f} min in all; span_gain >= 0.1 " +
-          (f"at step {crossed['step']}, after {crossed['step'] * gpu_ms / 60_000:.1f} min of training" if crossed
-           else "at no evaluation") + f"; final encoder gain {gpu_run['final_encoder_gain']:.3f} = span gain "
-      f"{gpu_run['final_span_gain']:.3f} + document gain {gpu_run['final_document_gain']:.3f}")
 
 # %% [markdown]
 # ## What you learned
@@ -961,34 +596,26 @@ else:
 #   sentinels.
 # - The CPU demo (3,000 steps, about 10 minutes on 2 cores) ends far below both baselines with an encoder gain of
 #   0.198 nats, of which `document_gain` is 0.171 and `span_gain` 0.027: it has mostly learned which speech it is
-#   reading; span filling has started and grows slowly with compute (+0.012 nats per doubling, between 5 and 10
-#   minutes).
+#   reading; span filling has started.
 #
 # ## Questions
 #
 # 1. The bare loop clips the gradient's global norm before `optimizer.step()`. What would clipping after the step do?
 # 2. **Predict, then run:** a freshly initialised model should start near the dashed line `ln V` in the plot after the
 #    bare loop. Why, and will the first step's loss be above or below it?
-# 3. bf16 has fp32's exponent range but only 8 mantissa bits. Why do the weights stay fp32 under autocast? What would
+# 3. bf16 has fp32's exponent range but only 8 significant bits (7 stored). Why do the weights stay fp32 under autocast? What would
 #    happen to an update of 1e-6 to a weight of 1.0 stored in bf16?
 # 4. **Predict, then run:** in the accumulation cell, change the scale `1 / 4` to `1`. How large will the largest
 #    difference be, compared with the gradients themselves?
 # 5. Accumulation is exact here because every row has the same 29 target tokens. Give a case where it would not be,
 #    and what you would scale by instead.
 # 6. Why is the per-position unigram a harder baseline than the plain unigram for span-corruption targets?
-# 7. A model shows `span_gain` ≈ 0 and `document_gain` = 0.15 nats. What has it learned, and what would its fills
-#    look like?
-# 8. Why is a row whose document packs into a single row left out of all three gain losses, instead of being scored
+# 7. Why is a row whose document packs into a single row left out of all three gain losses, instead of being scored
 #    with (a) and (c) only?
-# 9. Why is the bootstrap over documents and not over rows?
-# 10. **Predict, then run:** the hand check scores an *untrained* model. Will its gains be exactly 0, and if not, how
-#     large?
-# 11. `fill_in` refuses a text with `<extra_id_0>` twice. Why would the model's output be ambiguous for such a text?
-# 12. The recipe sweep gives every recipe the same wall-clock budget, not the same number of steps. Why does that
-#     favour smaller models, and is that the right comparison for the demo?
-# 13. The extrapolation in "Span filling against compute" uses only the end points of complete schedules, not the
-#     points along one run's curve. Why? And why is a straight line in log-compute through two points a weak basis
-#     for "about 80× the demo's compute"?
+# 8. Why is the bootstrap over documents and not over rows?
+# 9. **Predict, then run:** the hand check scores an *untrained* model. Will its gains be exactly 0, and if not, how
+#    large?
+# 10. `fill_in` refuses a text with `<extra_id_0>` twice. Why would the model's output be ambiguous for such a text?
 #
 # ## Try it
 #
@@ -997,10 +624,9 @@ else:
 #    and at the shape of the curve: which is too slow, and which is unstable?
 # 2. **No clipping.** Remove the `clip_grad_norm_` line and run the bare loop at `lr=4e-2`. Plot the losses of the
 #    first 20 steps against the clipped run: where do they differ, and does the end point change?
-# 3. **Which gain comes first?** In a terminal, run
-#    `nanot5-edu pretrain cpu-demo train.total_steps=500 eval.every_steps=100 logging.run_dir=runs/try05` (about
-#    2 minutes on 2 cores) and read `span_gain` and `document_gain` at each evaluation in `runs/try05/metrics.jsonl`:
-#    which rises first, and are their intervals clear of zero by step 500?
+#
+# Next: lesson [05b](05b_what_it_learned.ipynb) reads what the demo model writes in the blanks, and asks when span
+# filling emerges.
 
 # %%
 #| hide

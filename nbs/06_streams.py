@@ -190,7 +190,7 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # batched `map`, where the current batch started), and `load_state_dict` starts reading there. torchdata's
 # `StatefulDataLoader` collects that state from every worker, along with how far each worker's batches got.
 # That state is one position per process and per worker (each reads its own shards), so a run must resume with
-# the same number of processes and of data workers; `train` refuses any other ([08](08_real_runs.ipynb)).
+# the same number of processes and of data workers; a resume refuses any other ([07b](07b_checkpoints.ipynb)).
 #
 # One piece of the usual pipeline does not resume exactly: a rolling shuffle buffer (`IterableDataset.shuffle`)
 # loses its contents on resume. We shuffle in **blocks** instead: `data.shuffle_buffer` packed rows are read,

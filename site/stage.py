@@ -170,7 +170,7 @@ class Stager:
             if mod == "__main__":
                 continue
             title = first_heading(json.loads(p.read_text()), p.stem)
-            out += [f"## `nanot5_edu.{mod}`", "", f"Built in lesson [{p.stem[:2]} · {title}]({p.name}).", "",
+            out += [f"## `nanot5_edu.{mod}`", "", f"Built in lesson [{p.stem.split('_')[0]} · {title}]({p.name}).", "",
                     "```{eval-rst}", f".. automodule:: nanot5_edu.{mod}", "   :members:", "   :undoc-members:",
                     "   :member-order: bysource", "```", ""]  # autodoc writes reST: parsed as such, not as MyST
         return "\n".join(out)

@@ -1,5 +1,5 @@
 """Run every notebook in nbs/ the way `nbdev-test` does (honouring tst_flags), one pytest case per notebook.
-The notebooks that read saved results (04, 05, 07, 09) run as opened from their Colab badge instead: copied alone into an
+The notebooks that read saved results (04, 05b, 07, 09, 09b) run as opened from their Colab badge instead: copied alone into an
 empty folder (no nbs/ beside them, no repository around them) with only the installed package, so `results_file`
 must find the results without nbs/results; a file:// URL to nbs/results stands in for the repository's raw URL
 (tests stay offline). The others read no file of the repository; 00 checks results_file inside nbs/."""
@@ -13,7 +13,8 @@ import nbdev.test as nbtest  # not `from nbdev.test import test_nb`: pytest woul
 cfg = get_config()
 NBS = sorted(p for p in cfg.nbs_path.glob("*.ipynb") if not p.name.startswith(("_", ".")))
 SKIP = cfg.tst_flags.split() if isinstance(cfg.tst_flags, str) else list(cfg.tst_flags)
-READ_RESULTS = {"04_optimizers.ipynb", "05_pretraining.ipynb", "07_config.ipynb", "09_finetuning.ipynb"}
+READ_RESULTS = {"04_optimizers.ipynb", "05b_what_it_learned.ipynb", "07_config.ipynb", "09_finetuning.ipynb",
+                "09b_what_pretraining_buys.ipynb"}
 
 
 def test_every_notebook_is_collected():

@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 jupytext --sync nbs/*.ipynb nbs/*.py 2>&1 | grep -E "Updating|Error|error" | grep -v timestamp || true
 nbdev-export
+python tools/strip_escapes.py   # widget cells run headless save clear_output as escape codes
 nbdev-clean
 jupytext --sync nbs/*.ipynb 2>&1 | grep -E "Updating|Error|error" | grep -v timestamp || true
 python tools/mkreadme.py

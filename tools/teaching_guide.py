@@ -4,10 +4,10 @@ Two regions, each between `<!-- generated:NAME ... -->` and `<!-- end:NAME -->`,
 guide is written by hand.
 
 - reading-time: each lesson's estimated reading time from counts, not a timed read. From the jupytext
-  `py:percent` sources nbs/NN_*.py (NN < 90): the prose words of the markdown cells (link targets dropped) and the
-  non-blank code lines of the code cells, leaving out `#| hide` cells (test plumbing, dropped from the site too),
-  `#|` directive lines and saved outputs. Rates: prose at 200 words per minute, code at 10 lines per minute (both
-  assumptions, not measurements).
+  `py:percent` sources nbs/NN_*.py and nbs/NNx_*.py (a lesson split in two, e.g. 05b; NN < 90): the prose words of
+  the markdown cells (link targets dropped) and the non-blank code lines of the code cells, leaving out `#| hide`
+  cells (test plumbing, dropped from the site too), `#|` directive lines and saved outputs. Rates: prose at 200
+  words per minute, code at 10 lines per minute (both assumptions, not measurements).
 - answers: docs/answers/NN_name.md, one per lesson, merged in lesson order with their headings moved two levels
   down and their relative links re-pointed from docs/answers/ to docs/; then the lessons whose questions have no
   answers file yet, and the lessons without questions.
@@ -23,10 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "teaching.md"
 WORDS_PER_MIN, CODE_LINES_PER_MIN = 200, 10
 LINK = re.compile(r"(\]\()([^)\s]+)(\))")
+LESSON = re.compile(r"^\d\d[a-z]?_.+\.py$")  # 05_pretraining.py, 05b_what_it_learned.py
 
 
 def lessons() -> list[Path]:
-    return sorted(p for p in (ROOT / "nbs").glob("[0-9][0-9]_*.py") if int(p.name[:2]) < 90)
+    return sorted(p for p in (ROOT / "nbs").glob("[0-9][0-9]*_*.py") if LESSON.match(p.name) and int(p.name[:2]) < 90)
 
 
 def cells(text: str):
@@ -91,7 +92,7 @@ def _demote(text: str, levels: int = 2) -> str:
 
 
 def answers() -> str:
-    files = {p.stem: p for p in sorted((ROOT / "docs" / "answers").glob("[0-9][0-9]_*.md"))}
+    files = {p.stem: p for p in sorted((ROOT / "docs" / "answers").glob("[0-9][0-9]*_*.md"))}
     parts = [_relink(_demote(files[p.stem].read_text().strip())) for p in lessons() if p.stem in files]
     asks = {p.stem: bool(re.search(r"^# ## Questions", p.read_text(), re.M)) for p in lessons()}
     missing = [m for m, q in asks.items() if q and m not in files]

