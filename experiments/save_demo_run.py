@@ -1,6 +1,9 @@
 """Keep what the lessons read of a finished `nanot5-edu pretrain` run: nbs/results/demo_run.json.
 
     python experiments/save_demo_run.py runs/cpu-demo
+    # lesson 05b's run twice as long (`nanot5-edu pretrain train.total_steps=6000 eval.every_steps=500
+    #   logging.run_dir=runs/cpu-demo-long`):
+    python experiments/save_demo_run.py runs/cpu-demo-long nbs/results/demo_long.json
 
 Writes the resolved config, the training FLOPs per step, every evaluation (held-out loss, accuracy, the three gains
 and their document-bootstrap 95% intervals) and the logged training loss, so a notebook opened anywhere (Colab

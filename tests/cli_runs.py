@@ -42,12 +42,23 @@ def assert_same_run(run_a, run_b):
     assert weights(run_a) == weights(run_b)
 
 
+def free_port() -> str:
+    "A free TCP port for a launch's rendezvous: two DDP tests at once (pytest -n 2) must not both take 29500"
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def launch(num_processes: int = 2) -> list[str]:
+    return ["accelerate", "launch", "--multi_gpu", "--num_processes", str(num_processes), "--num_machines", "1",
+            "--main_process_port", free_port(), "--mixed_precision", "no", "--dynamo_backend", "no"]
+
+
 def pretrain_ddp(run_dir, *overrides) -> list[dict]:
     """`accelerate launch` two CPU processes (DDP over gloo) and check what every DDP run must show: both
     processes ran, each trained on its own rows, and they ended with equal weights. Returns the manifests."""
-    cmd = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "nanot5_edu", "pretrain", *overrides,
-           f"logging.run_dir={run_dir}"]
+    cmd = [*launch(2), "-m", "nanot5_edu", "pretrain", *overrides, f"logging.run_dir={run_dir}"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     ranks = [json.loads((Path(run_dir) / "processes" / f"rank_{i}.json").read_text()) for i in (0, 1)]

@@ -8,6 +8,10 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n 2: one thread per worker (and its kernels, subprocesses), so two
+    os.environ["OMP_NUM_THREADS"] = "1"    # workers on 2 cores never oversubscribe them (that slows torch many-fold)
+    import torch
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")

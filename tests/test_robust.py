@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cli_runs import ENV, assert_same_run, metrics, pretrain, pretrain_ddp
+from cli_runs import ENV, assert_same_run, launch, metrics, pretrain, pretrain_ddp
 
 SMALL = ["model.num_layers=1", "model.d_model=64", "model.d_kv=16", "model.num_heads=4", "model.d_ff=128",
          "model.vocab_size=2048", "optim.batch_size=8", "optim.warmup_steps=4", "optim.lr=1e-2", "eval.batches=1",
@@ -94,8 +94,7 @@ def test_two_gloo_processes_agree_on_the_stop_step_and_resume_the_same_run(tmp_p
            "checkpoint.every_steps=8"]
     pretrain_ddp(tmp_path / "straight", *run)
     run_dir = tmp_path / "stopped"
-    cmd = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision",
-           "no", "--dynamo_backend", "no", "-m", "nanot5_edu", "pretrain", *run, f"logging.run_dir={run_dir}"]
+    cmd = [*launch(2), "-m", "nanot5_edu", "pretrain", *run, f"logging.run_dir={run_dir}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
     deadline = time.time() + 300
     ranks = {}
