@@ -516,8 +516,8 @@ test_fail(lambda: fill_in(stub, fill_tok, "word " * 200 + "<extra_id_0>", max_in
 # ## The CPU demo
 #
 # The README's main command, `nanot5-edu pretrain`, runs exactly this: the `cpu-demo` preset, which is the best recipe
-# of an earlier sweep of 15 short runs
-# ([experiments/demo_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/demo_sweep.py)). The
+# of an earlier sweep of 15 short runs (lesson [07](07_config.ipynb)'s appendix shows it; the script:
+# [experiments/demo_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/demo_sweep.py)). The
 # `tiny` model is cut to **1 encoder + 1 decoder layer** (d_model 256, 8 heads, gated-GELU 1024, vocabulary 8,192: 6.6M
 # parameters, two thirds of them the embedding and the LM head). Each row is 141 raw tokens, corrupted into 128 encoder
 # and 29 target tokens; batch 16; 3,000 steps of AdamWScale at lr 4e-2 with nanoT5's cosine schedule (100 warmup steps);

@@ -376,57 +376,6 @@ print(f"the straight line through the two 5- and 10-minute points predicted span
 # longer run, its learning rate still high, stood at 0.024 — close to the demo's 0.027 at its end — so the gain
 # comes from the extra steps, not from a schedule that ends sooner. One seed and one doubling: the line has passed
 # one test, which makes the extrapolation to 0.1 (≈ 6 more doublings) less of a guess, not a measurement.
-#
-# ### How the demo's recipe was chosen
-#
-# The demo's recipe came from an earlier sweep of 15 recipes at 150 s each, scored by the **encoder gain** (each
-# held-out row scored with the input of a row drawn across all speeches: (c) − (a), before the gain was split, so
-# it is mostly `document_gain`). Each recipe there is a change to the demo's first default (nanoT5's shape scaled
-# down: 4 + 4 layers at lr 2e-2), pinned by
-# [experiments/demo_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/demo_sweep.py). Losses
-# of different vocabulary sizes or input lengths are not comparable, and each point is one seed.
-
-# %%
-sweep = [json.loads(l) for l in results_file("demo_sweep.jsonl").read_text().splitlines()]  # nbs/results (00's appendix)
-budgets = sorted({r["budget_s"] for r in sweep})
-fig, axs = plt.subplots(1, 2, figsize=(12, 4))
-for r in sweep:
-    if r["budget_s"] != budgets[0]:
-        continue
-    axs[0].scatter(r["eval_loss"], r["encoder_gain"])
-    axs[0].annotate(r["name"], (r["eval_loss"], r["encoder_gain"]), fontsize=8, xytext=(3, 3), textcoords="offset points")
-    minutes = [c["step"] * r["calib_ms_per_step"] / 60_000 for c in r["curve"]]
-    axs[1].plot(minutes, [c["encoder_gain"] for c in r["curve"]], ".-", label=r["name"])
-axs[0].set_xlabel("held-out loss (nats/token; not comparable across vocabulary sizes)"); axs[0].set_ylabel("encoder gain (nats)")
-axs[0].set_title(f"every recipe after {budgets[0]:.0f} s of training on 2 CPU cores")
-axs[1].set_xlabel("minutes of training (step x measured ms/step)"); axs[1].set_ylabel("encoder gain (nats)")
-axs[1].legend(fontsize=7, ncol=2); axs[1].set_title("encoder gain during each run")
-plt.tight_layout(); plt.show()
-print(f"{'recipe':16} {'overrides':75} {'ms/step':>7} {'steps':>6} {'loss':>6} {'gain':>6}")
-for r in sorted(sweep, key=lambda r: (r["budget_s"], -r["encoder_gain"])):
-    print(f"{r['name']:16} {' '.join(r['overrides']) or '(the old default)':75} {r['calib_ms_per_step']:7.0f} {r['steps']:6d} "
-          f"{r['eval_loss']:6.3f} {r['encoder_gain']:6.3f}")
-
-# %% [markdown]
-# What the sweep says, at 150 s of training each. One seed per recipe, and the calibration of recipes with the
-# same shape differs by up to ±8% (162–191 ms a step for the four 1 + 1 runs), so gaps of a hundredth of a nat are not rankings:
-#
-# - **Fewer layers win.** 4 + 4 layers reach an encoder gain of 0.035, 2 + 2 layers 0.068, 1 + 1 layers 0.074:
-#   a smaller model takes more steps in the same time, and at this budget steps matter more than depth. A deeper
-#   encoder over a 1-layer decoder (2 + 1, 3 + 1) is *worse* (0.045, 0.023), not better. (2 + 2 against 1 + 1 is
-#   within what one seed can tell; both are clearly above 4 + 4.)
-# - **The learning rate matters, up to a cliff.** With 1 + 1 layers: 1e-2 gives 0.030, 2e-2 0.074, 4e-2 **0.080**
-#   (and the lowest loss of the 8k-vocabulary, 128-token runs), 8e-2 breaks the run (loss 5.06, gain 0.000).
-#   4e-2 is half the rate that broke; the demo's 3,000-step run (lesson 05) shows whether it holds over a longer schedule.
-# - On the 2 + 2 model, batch 16 beats 8; on the 4 + 4 model, batch 16 beats 64 and AdamWScale beats plain AdamW
-#   at 1e-3. Inputs of 64 tokens lower the loss (shorter targets are easier) without raising the gain; a
-#   2,000-piece vocabulary lowers the loss per token (not comparable) without raising the gain.
-# - **`torch.compile` does not pay on CPU** here: measured through the real loop on the chosen recipe
-#   (`experiments/compile_pays.sh`, `results/compile_cpu.json`), compiled steps are 1.02× faster and the 500-step
-#   run takes 124 s instead of 98 s, compilation included.
-#
-# No recipe comes near the goal this earlier sweep had set, an encoder gain of 0.5 nats (before the split into
-# span and document gain, and the `span_gain` ≥ 0.1 goal of lesson 05); the demo uses the best one, `L1-lr4e-2`.
 
 # %% [markdown]
 # On a GPU the same recipe runs at a larger batch, and the question becomes how long the skill takes to

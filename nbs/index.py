@@ -33,10 +33,12 @@
 # pip install -e . && nanot5-edu pretrain
 # ```
 #
-# **The tests** — every notebook runs as one test case, plus the integration tests in `tests/`:
+# **The tests** — every notebook runs as one test case, plus the integration tests in `tests/`, in two worker
+# processes of one thread each (`-n 2`, pytest-xdist: about 7.5 minutes on 2 CPU cores; drop `-n 2` to run them one
+# by one):
 #
 # ```bash
-# pip install -e ".[dev]" && python -m pytest tests
+# pip install -e ".[dev]" && python -m pytest tests -n 2
 # ```
 
 # %% [markdown]
@@ -58,7 +60,7 @@
 # | 05 | [pretraining](nbs/05_pretraining.ipynb) | the pre-training loop, bare; bf16 and gradient accumulation; evaluation (held-out loss, baselines, span / document / encoder gain; `fill_in`); the CPU demo | 00–04 | ≈ 45 min | ≤ 60 s (with its slow cells, resuming the demo run) | 9.8 min (the demo, idle cores) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/05_pretraining.ipynb) |
 # | 05b | [what_it_learned](nbs/05b_what_it_learned.ipynb) | what the demo writes: its fills, the three encoder inputs blank by blank, the gains by kind of token, a cloze probe; when span filling emerges: a recipe screen, span gain against compute, an extrapolation (labelled so), a GPU run to test it | 05 (its demo run) | ≈ 35 min | 17 s without its slow cells (measured on a loaded machine) | 6 × 5 min of training and their evaluations (the recipe screen) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/05b_what_it_learned.ipynb) |
 # | 06 | [streams](nbs/06_streams.ipynb) | batches that resume exactly: rows in memory in a seeded order, streamed corpora in data worker processes, how a stream resumes | 02, 05 | ≈ 35 min | 18 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/06_streams.ipynb) |
-# | 07 | [config](nbs/07_config.ipynb) | one config tree with presets and errors before compute; FLOPs and MFU (on CPU too); memory you can predict; fp16 for GPUs without bf16 (appendix) | 03, 05 | ≈ 45 min | 25 s | to measure (the fp16 appendix, 3 × 200 steps) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/07_config.ipynb) |
+# | 07 | [config](nbs/07_config.ipynb) | one config tree with presets and errors before compute; FLOPs and MFU (on CPU too); memory you can predict; fp16 for GPUs without bf16 and how the `cpu-demo` preset was chosen (appendices) | 03, 05 | ≈ 50 min | 25 s | to measure (the fp16 appendix, 3 × 200 steps); the preset sweep, 15 × 150 s (`experiments/demo_sweep.py`) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/07_config.ipynb) |
 # | 07b | [checkpoints](nbs/07b_checkpoints.ipynb) | checkpoints that survive `kill -9`, SIGTERM and a full disk: a run's whole state (weights, optimizer, RNGs, data position), written aside, hashed and renamed; an exact restore; a damaged checkpoint named and skipped; stopping cleanly on SIGTERM | 06, 07 | ≈ 30 min | ≈ 15 s (under load) | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/07b_checkpoints.ipynb) |
 # | 08 | [real_runs](nbs/08_real_runs.ipynb) | `fit` from the bare loop: logging, evaluation, checkpoints in the loop, stopping on signals, DDP through Accelerate; `train`, exact resume, HF export | 05–07b | ≈ 55 min | 52 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/08_real_runs.ipynb) |
 # | 09 | [finetuning](nbs/09_finetuning.ipynb) | fine-tuning on Super-NaturalInstructions with the same loop; Rouge-L, exact match and rank accuracy next to their baselines; one annotated run; positive controls (memorisation, copying the name) | 05, 08 (its annotated run fine-tunes 05's demo checkpoint) | ≈ 45 min | ≤ 20 s (20 s before 09b was split off) | 12.1 min (`finetune_controls.py`, 09b's checkpoint runs included, under load) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/09_finetuning.ipynb) |

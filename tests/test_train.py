@@ -57,10 +57,8 @@ def test_mfu_is_per_device_under_two_processes(tmp_path, small_data, ddp_run):
         assert len(logged) == 6 and all(m["mfu"] is not None for m in logged)
         for m in logged:  # exact, no timing noise: MFU x step time = one process's FLOPs per step / one device's peak
             assert m["mfu"] * m["ms_per_step"] / 1e3 == pytest.approx(step_flops / 0.05e12, rel=1e-9), (run, m)
-    # and the two runs' MFU agree within the timing noise of a shared machine (loose: the check above is exact)
-    median = lambda run: sorted(m["mfu"] for m in logs[run][1:])[2]
-    ratio = median(ddp_run) / median(tmp_path)
-    assert 0.4 < ratio < 1.5, ratio
+    # (no comparison of the two runs' MFU values: they are timings, noise on a shared machine or under pytest -n 2;
+    # the identity above is exact and fails when a run counts every process's FLOPs against one device's peak)
 
 
 def test_two_process_ddp_on_cpu(ddp_run, small_data):
