@@ -180,8 +180,6 @@ def main(argv=None):
     p.add_argument("--parts", nargs="+", choices=("a", "c"), default=["a", "c"], help="run (a) and/or (c); (b) comes with both")
     p.add_argument("--out", type=Path, default=Path("nbs/results/finetune_controls.json"))
     p.add_argument("--work", type=Path, default=None, help="run directories (default: a temporary one, removed)")
-    p.add_argument("--append", action="store_true",
-                   help="add this run's (c) results to --out (same run, recipe and steps), keeping what it holds")
     args = p.parse_args(argv)
     if args.memorise_steps % args.every:
         raise SystemExit(f"--memorise-steps {args.memorise_steps} is not a multiple of --every {args.every}.")
@@ -209,19 +207,6 @@ def main(argv=None):
                "seeds": args.seeds, "instances": args.instances, "checkpoints": checkpoints,
                "memorisation": memorise, "name_share_baselines": name_share_baselines(seen_e2e),
                "transfer": transfer, "wall_s": time.time() - t0, "cpu": _cpu()}
-    if args.append and args.out.exists():
-        old = json.loads(args.out.read_text())
-        for key in ("run", "recipe", "steps"):
-            if old[key] != results[key]:
-                raise SystemExit(f"--append: {args.out} has {key} {old[key]!r}, this run {results[key]!r}: "
-                                 "write to another --out instead.")
-        new = {(r["pretraining_step"], r["instances_per_task"], r["seed"]) for r in transfer}
-        results.update(
-            transfer=[r for r in old["transfer"] if (r["pretraining_step"], r["instances_per_task"], r["seed"]) not in new]
-            + transfer,
-            instances=sorted(set(old["instances"]) | set(args.instances)), seeds=sorted(set(old["seeds"]) | set(args.seeds)),
-            checkpoints=sorted(set(old["checkpoints"]) | set(checkpoints)), memorisation=memorise or old["memorisation"],
-            wall_s=old["wall_s"] + results["wall_s"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1))
     if args.work is None:
