@@ -1,5 +1,5 @@
 """Positive controls for fine-tuning (issue 20, part 5) -> nbs/results/finetune_controls.json
-(nbs/09_finetuning reads parts (a) and (b), nbs/09b_what_pretraining_buys part (c))
+(nbs/09b_what_pretraining_buys reads all three parts)
 
 Does the fine-tuning pipeline work, and what does pre-training buy? Three measurements, all through the lesson's
 own code (`finetune`, `load_sni`, `evaluate_sni`, `name_copy_share` from `nanot5_edu.finetune`):

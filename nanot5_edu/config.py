@@ -5,6 +5,7 @@
 # %% ../nbs/07_config.ipynb #6baf61bd
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import importlib.util
@@ -305,3 +306,24 @@ def estimate_time(cfg: Config, peak_tflops: float, mfu: float = 0.3, world_size:
     step_s = flops_per_step(cfg.model, cfg.optim.batch_size, cfg.data.inputs_length, L_t) / (
         world_size * mfu * peak_tflops * 1e12)
     return {"step_s": step_s, "total_h": step_s * cfg.train.total_steps / 3600, "mfu": mfu}
+
+# %% ../nbs/07_config.ipynb #1f675cd7
+@contextlib.contextmanager
+def _explain_oom(cfg: Config, accelerator, batch: dict):
+    "Re-raise a CUDA out-of-memory error as a TrainingError with the micro-batch, the estimate and the fix"
+    try:
+        yield
+    except torch.OutOfMemoryError as e:
+        world, o = accelerator.num_processes, cfg.optim
+        (micro, L_in), L_t = batch["input_ids"].shape, batch["labels"].shape[1]
+        est = estimate_memory(cfg, world, shape=(micro, L_in, L_t))
+        have = torch.cuda.get_device_properties(accelerator.device).total_memory if torch.cuda.is_available() else None
+        fits = next((g for g in (2, 4, 8, 16, 32, 64) if micro % g == 0 and have
+                     and estimate_memory(cfg, world, shape=(micro // g, L_in, L_t))["total"] < 0.9 * have), 2)
+        raise TrainingError(
+            f"Out of memory at micro-batch {micro} ({L_in}-token inputs, "
+            f"{cfg.train.precision}): estimate_memory puts the step at {est['total'] / 2**30:.1f} GiB "
+            f"(activations {est['activations'] / 2**30:.1f}, logits {est['logits'] / 2**30:.1f})"
+            + (f" on a {have / 2**30:.1f} GiB device" if have else "") + ". Split each step into more micro-batches: "
+            f"optim.grad_acc={o.grad_acc * fits} (micro-batch {micro // fits}, the same optimizer step), "
+            "or lower data.inputs_length.") from e

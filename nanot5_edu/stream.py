@@ -6,10 +6,13 @@
 from __future__ import annotations
 
 import atexit
+import hashlib
 import itertools
+import json
 import os
 import warnings
 import weakref
+from pathlib import Path
 
 import datasets
 import numpy as np
@@ -20,7 +23,7 @@ from .spans import SpanCorruptionCollator, pack_dataset
 
 # %% auto #0
 __all__ = ['BatchStream', 'default_num_workers', 'ShuffleCorruptBlock', 'StreamingBatches', 'load_texts', 'packed_rows',
-           'training_stream']
+           'training_stream', 'FirstBatchHash']
 
 # %% ../nbs/06_streams.ipynb #9f85f23c
 class BatchStream:
@@ -222,3 +225,32 @@ def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, mi
                                 cfg.data.shuffle_buffer)
     return BatchStream(packed_rows(cfg, tokenizer, "train", collator.raw_length), collator, micro_batch,
                        cfg.train.seed, rank, world_size)
+
+# %% ../nbs/06_streams.ipynb #c4730b1d
+class FirstBatchHash:
+    "A batch stream that passes everything through and keeps the sha256 of the first batch's input_ids"
+    def __init__(self, stream):
+        self.stream, self.sha256 = stream, None
+
+    def __next__(self) -> dict:
+        batch = next(self.stream)
+        if self.sha256 is None:
+            self.sha256 = hashlib.sha256(batch["input_ids"].cpu().numpy().tobytes()).hexdigest()
+        return batch
+
+    def __getattr__(self, name):  # state_dict, load_state_dict, rows, ...: the wrapped stream's
+        if name == "stream":  # not set yet (e.g. while copying): no recursion
+            raise AttributeError(name)
+        return getattr(self.stream, name)
+
+
+def _write_process_manifest(run_dir: Path, accelerator, first_batch_sha: str | None, model: T5):
+    "processes/rank_R.json: a hash of this process's first batch and of its final weights (checks DDP sharding)"
+    weights = hashlib.sha256()
+    for _, p in sorted(model.state_dict().items()):
+        weights.update(p.detach().float().cpu().numpy().tobytes())
+    out = run_dir / "processes"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank_{accelerator.process_index}.json").write_text(json.dumps({
+        "rank": accelerator.process_index, "world_size": accelerator.num_processes,
+        "first_batch_sha256": first_batch_sha, "weights_sha256": weights.hexdigest()}))

@@ -618,7 +618,7 @@ test_fail(lambda: load_corpus(str(tmp / "docs.jsonl"), txt_per_doc=True), contai
 # %% [markdown]
 # ## Appendix: where a notebook finds its saved results
 #
-# Long experiments (the optimizer grid in [04_optimizers](04_optimizers.ipynb), the demo's long run and sweeps in
+# Long experiments (the optimizer grid in [05c_optimizer_grid](05c_optimizer_grid.ipynb), the demo's long run and sweeps in
 # [05_pretraining](05_pretraining.ipynb) and [05b_what_it_learned](05b_what_it_learned.ipynb), the fine-tuning runs
 # in [09b_what_pretraining_buys](09b_what_pretraining_buys.ipynb)) are `#| slow` cells that save what they measured in `results/` beside the
 # notebooks; the cells after them read those files. In the repository that folder is `nbs/results`. A notebook

@@ -290,7 +290,7 @@ print(f"train split: {sum(doc_tokens):,} tokens in {len(doc_tokens)} speeches")
 # ## How much text is that?
 #
 # Scale decides what a run can learn, so count it in the unit training uses. Span corruption
-# ([02](02_span_corruption.ipynb)) cuts the token stream into rows of 568 raw tokens (512 after
+# ([02](02_span_corruption.ipynb), packing in [02b](02b_span_batches.ipynb)) cuts the token stream into rows of 568 raw tokens (512 after
 # corruption). nanoT5 trains T5-Base for 2¹⁶ = 65,536 steps of 128 rows:
 
 # %%
@@ -317,9 +317,9 @@ assert 3_500 < rows_per_epoch < 4_500
 #
 # T5-Base uses 32,000 pieces (+ 100 sentinels, padded to 32,128 rows). For the CPU demo the vocabulary is
 # the biggest single cost of a small model: with `d_model = 256` (the width of the project's `tiny` model,
-# built in [03](03_t5_layers.ipynb)), the input embedding and the output layer (T5 v1.1 does not share them:
+# built in [03](03_t5_layers.ipynb) and [03b](03b_t5_model.ipynb)), the input embedding and the output layer (T5 v1.1 does not share them:
 # an "untied" LM head) hold `2 · V · 256` parameters — 16.4M at V = 32,128, more than the tiny model's whole
-# transformer body (9.4M, counted in [03](03_t5_layers.ipynb)) —
+# transformer body (9.4M, counted in [03b](03b_t5_model.ipynb)) —
 # and the softmax over V is the largest matmul per target token. This corpus is 2M words; at 8,000 pieces
 # it already costs only ~1.2 pieces per word (above), while a 32k vocabulary would leave many pieces seen
 # a handful of times. So the demo uses **8,000 (+100 = 8,100, padded to 8,192)**; `T5_VOCAB_SIZE`

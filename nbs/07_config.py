@@ -25,6 +25,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 #| export
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import importlib.util
@@ -72,7 +73,7 @@ model = T5(dataclasses.replace(MODEL_PRESETS["tiny"], num_layers=1, num_decoder_
 # `estimate_memory` and their time from `estimate_time`, both built in "Memory you can predict" below (the table
 # there covers the `t5-base` family; `colab-t4`'s numbers are in the comment above its preset). One
 # difference from nanoT5 is kept on purpose: every preset uses the LM-head init fix of
-# [03](03_t5_layers.ipynb) (`model.lm_head_init_fix=true`); nanoT5's published C4 loss of 1.953
+# [03b](03b_t5_model.ipynb) (`model.lm_head_init_fix=true`); nanoT5's published C4 loss of 1.953
 # ([04](04_optimizers.ipynb)) comes from HF's std-1 head,
 # so to reproduce nanoT5 exactly add `model.lm_head_init_fix=false`. The
 # command line overrides any field as `key=value` (`optim.lr=1e-3`), through OmegaConf, which checks types
@@ -728,6 +729,7 @@ print(f"fp16: {fp16_runs['fp16']['skipped_steps']} of {steps} steps skipped by t
       f"{max(peaks.values()):,.0f} in {max(peaks, key=peaks.get)} ({max(peaks.values()) / 65504:.2%} of fp16's range)")
 assert all(math.isfinite(l) for r in fp16_runs.values() for l in r["losses"])
 
+
 # %% [markdown]
 # What the saved run shows (200 steps, one seed): simulated fp16 follows fp32 as closely as bf16 does — over the
 # last 33 steps the losses differ by +0.0009 on average (mean |difference| 0.0078; bf16: +0.0004 and 0.0095), and
@@ -738,6 +740,51 @@ assert all(math.isfinite(l) for r in fp16_runs.values() for l in r["losses"])
 # 200 steps; T5-Base's feed-forward activations grow with depth and training, which is where nanoT5 saw fp16
 # diverge. So fp16 is offered for GPUs without bf16 (the `colab-t4` preset, a T5-Small-sized model), with the NaN
 # guard behind it, and bf16 stays the default wherever the GPU has it.
+
+# %% [markdown]
+# ## Appendix: an out-of-memory error that names the fix
+#
+# On a GPU, a micro-batch too big for the device stops the run with `torch.OutOfMemoryError` and a number of bytes.
+# Lesson 08's `fit` runs each step inside `_explain_oom`, which re-raises it as a `TrainingError` that says what
+# was tried (micro-batch, input length, precision), what `estimate_memory` predicted, and the smallest
+# `optim.grad_acc` whose micro-batch the estimate puts under 90% of the device: the same optimizer step, in more pieces.
+
+# %%
+#| export
+#| hide
+@contextlib.contextmanager
+def _explain_oom(cfg: Config, accelerator, batch: dict):
+    "Re-raise a CUDA out-of-memory error as a TrainingError with the micro-batch, the estimate and the fix"
+    try:
+        yield
+    except torch.OutOfMemoryError as e:
+        world, o = accelerator.num_processes, cfg.optim
+        (micro, L_in), L_t = batch["input_ids"].shape, batch["labels"].shape[1]
+        est = estimate_memory(cfg, world, shape=(micro, L_in, L_t))
+        have = torch.cuda.get_device_properties(accelerator.device).total_memory if torch.cuda.is_available() else None
+        fits = next((g for g in (2, 4, 8, 16, 32, 64) if micro % g == 0 and have
+                     and estimate_memory(cfg, world, shape=(micro // g, L_in, L_t))["total"] < 0.9 * have), 2)
+        raise TrainingError(
+            f"Out of memory at micro-batch {micro} ({L_in}-token inputs, "
+            f"{cfg.train.precision}): estimate_memory puts the step at {est['total'] / 2**30:.1f} GiB "
+            f"(activations {est['activations'] / 2**30:.1f}, logits {est['logits'] / 2**30:.1f})"
+            + (f" on a {have / 2**30:.1f} GiB device" if have else "") + ". Split each step into more micro-batches: "
+            f"optim.grad_acc={o.grad_acc * fits} (micro-batch {micro // fits}, the same optimizer step), "
+            "or lower data.inputs_length.") from e
+
+
+# %%
+#| hide
+# the message names the micro-batch, the estimate and a larger grad_acc (a CPU run: no device size, default factor 2)
+class _Acc: num_processes, device = 1, "cpu"
+_cfg = make_config("cpu-demo")
+msg = None
+try:
+    with _explain_oom(_cfg, _Acc(), {"input_ids": torch.zeros(16, 128), "labels": torch.zeros(16, 30)}):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+except TrainingError as e:
+    msg = str(e)
+assert "micro-batch 16" in msg and f"optim.grad_acc={_cfg.optim.grad_acc * 2}" in msg and "micro-batch 8" in msg, msg
 
 # %% [markdown]
 # ## Appendix: how the `cpu-demo` preset was chosen

@@ -52,6 +52,9 @@ from nanot5_edu.stream import *
 from nanot5_edu.config import *
 from nanot5_edu.checkpoint import *
 # 07b's private names too: `fit` calls `_any_process` and `_stoppable`, tests patch `nanot5_edu.train._Hashing`
+# 06's and 07's appendix machinery that `train` and `fit` call
+from nanot5_edu.stream import _write_process_manifest
+from nanot5_edu.config import _explain_oom
 from nanot5_edu.checkpoint import (_Hashing, _any_process, _check_same_setup, _cpu_group, _fsync, _os_error,
                                    _rng_state, _set_rng_state, _sha256, _state_bytes, _stoppable, _write_failed,
                                    _write_file)
@@ -326,31 +329,7 @@ def _stop_on_nan(window_loss: list[torch.Tensor], checked: int, step: int, grad_
 
 # %% [markdown]
 # **Out of memory.** An out-of-memory error is re-raised with the micro-batch, the memory estimate of
-# [07](07_config.ipynb) and the `optim.grad_acc` that fits (hidden: `_explain_oom`).
-
-# %%
-#| export
-#| hide
-@contextlib.contextmanager
-def _explain_oom(cfg: Config, accelerator, batch: dict):
-    "Re-raise a CUDA out-of-memory error as a TrainingError with the micro-batch, the estimate and the fix"
-    try:
-        yield
-    except torch.OutOfMemoryError as e:
-        world, o = accelerator.num_processes, cfg.optim
-        (micro, L_in), L_t = batch["input_ids"].shape, batch["labels"].shape[1]
-        est = estimate_memory(cfg, world, shape=(micro, L_in, L_t))
-        have = torch.cuda.get_device_properties(accelerator.device).total_memory if torch.cuda.is_available() else None
-        fits = next((g for g in (2, 4, 8, 16, 32, 64) if micro % g == 0 and have
-                     and estimate_memory(cfg, world, shape=(micro // g, L_in, L_t))["total"] < 0.9 * have), 2)
-        raise TrainingError(
-            f"Out of memory at micro-batch {micro} ({L_in}-token inputs, "
-            f"{cfg.train.precision}): estimate_memory puts the step at {est['total'] / 2**30:.1f} GiB "
-            f"(activations {est['activations'] / 2**30:.1f}, logits {est['logits'] / 2**30:.1f})"
-            + (f" on a {have / 2**30:.1f} GiB device" if have else "") + ". Split each step into more micro-batches: "
-            f"optim.grad_acc={o.grad_acc * fits} (micro-batch {micro // fits}, the same optimizer step), "
-            "or lower data.inputs_length.") from e
-
+# [07](07_config.ipynb) and the `optim.grad_acc` that fits (`_explain_oom`, in 07's appendix).
 
 # %% [markdown]
 # **`fit`.** The bare loop's lines are all here, in the `while` loop: a micro-batch (`next(stream)`), forward under
@@ -483,43 +462,9 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
 # %% [markdown]
 # The multi-process tests need to know which rows each process trained on and whether all processes end with the
 # same weights. That instrumentation stays out of `fit`: `train` wraps the batch stream in `FirstBatchHash`,
-# which passes every batch through and remembers a hash of the first, and writes the manifest after `fit`.
-
-# %%
-#| export
-#| hide
-class FirstBatchHash:
-    "A batch stream that passes everything through and keeps the sha256 of the first batch's input_ids"
-    def __init__(self, stream):
-        self.stream, self.sha256 = stream, None
-
-    def __next__(self) -> dict:
-        import hashlib
-        batch = next(self.stream)
-        if self.sha256 is None:
-            self.sha256 = hashlib.sha256(batch["input_ids"].cpu().numpy().tobytes()).hexdigest()
-        return batch
-
-    def __getattr__(self, name):  # state_dict, load_state_dict, rows, ...: the wrapped stream's
-        if name == "stream":  # not set yet (e.g. while copying): no recursion
-            raise AttributeError(name)
-        return getattr(self.stream, name)
-
-
-def _write_process_manifest(run_dir: Path, accelerator, first_batch_sha: str | None, model: T5):
-    "processes/rank_R.json: a hash of this process's first batch and of its final weights (checks DDP sharding)"
-    import hashlib
-    weights = hashlib.sha256()
-    for _, p in sorted(model.state_dict().items()):
-        weights.update(p.detach().float().cpu().numpy().tobytes())
-    out = run_dir / "processes"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"rank_{accelerator.process_index}.json").write_text(json.dumps({
-        "rank": accelerator.process_index, "world_size": accelerator.num_processes,
-        "first_batch_sha256": first_batch_sha, "weights_sha256": weights.hexdigest()}))
-
-
-# %% [markdown]
+# which passes every batch through and remembers a hash of the first, and writes a manifest per process after
+# `fit` (both in [06](06_streams.ipynb)'s appendix).
+#
 # The tokenizer comes from `data.tokenizer`, or is trained on the corpus (5 s for the embedded one) and
 # saved in the run directory, so a resumed run and the HF export use the very same vocabulary.
 

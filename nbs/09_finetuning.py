@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Fine-tuning: Super-NaturalInstructions and Rouge-L
-# > The Tk-Instruct prompt, metrics that always stand beside their baselines, one fine-tuning run read closely, and positive controls that tell a small model from a broken pipeline
+# > The Tk-Instruct prompt, metrics that always stand beside their baselines, fine-tuning on the same loop, and one run read closely: what a falling loss buys a small model
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -14,9 +14,9 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # nanoT5 judges pre-training by what it buys downstream: fine-tune on the training tasks of Super-NaturalInstructions
 # (SNI) and score Rouge-L on its unseen tasks. This lesson builds that pipeline on the `fit` loop of
 # [08](08_real_runs.ipynb) and fine-tunes the demo model of [05](05_pretraining.ipynb) with it: the task and its
-# prompt; the metrics, each beside baselines that need no model; **one run read closely**; **positive controls** that
-# tell "too small" from "broken". What pre-training buys (the demo model against a random init, over training sizes
-# and seeds) is the next lesson, [09b](09b_what_pretraining_buys.ipynb).
+# prompt; the metrics, each beside baselines that need no model; fine-tuning with `fit`; and **one run read closely**.
+# Positive controls that tell "too small" from "broken", and what pre-training buys (the demo model against a random
+# init, over training sizes and seeds), are the next lesson, [09b](09b_what_pretraining_buys.ipynb).
 #
 # **SNI** is a collection of 1,600+ NLP *tasks*, each a JSON file with a definition, a few positive examples and many
 # *instances* (input → output). **Tk-Instruct** is the T5 the SNI paper fine-tuned this way; nanoT5 follows its prompt
@@ -702,134 +702,8 @@ if one:
 # each task can get its own constant. The falling loss is real learning — of the answer distribution, not of input → answer.
 #
 # Two explanations fit: the model is too small or too little pre-trained to read its input, or the pipeline is broken
-# (wrong labels, a prompt cut before the input, generation that ignores the encoder). The controls separate them.
-
-# %% [markdown]
-# ## Positive controls
-#
-# A positive control is a setting where a correct pipeline *must* succeed. `experiments/finetune_controls.py` runs two
-# with this lesson's functions and saves `results/finetune_controls.json`:
-#
-# - **(a) memorisation**: the demo model fine-tuned on 5 instances of each training task (30; AdamW 1e-3, batch 8, 400
-#   steps), scored on *those same instances* every 25 steps. Nothing has to generalise;
-# - **(b) input dependence**: on E2E NLG, the share of generations that contain the input's `name[...]` value.
-#
-# (Its part (c), fine-tuning from checkpoints of one pre-training run, is read in [09b](09b_what_pretraining_buys.ipynb).)
-
-# %%
-CONTROLS = results_file("finetune_controls.json")
-controls = json.loads(CONTROLS.read_text()) if CONTROLS.exists() else None
-if controls:
-    mem = controls["memorisation"]
-    print(f"from {controls['run']}: (a) {mem['instances']} instances, {mem['steps']} steps, "
-          f"{mem['wall_s'] / 60:.1f} min ({controls['cpu']})")
-else:
-    print(f"{CONTROLS} is not there: run python experiments/finetune_controls.py")
-
-
-# %% [markdown]
-# ### (a) Memorisation
-#
-# The score on the 30 training instances against the step, with the baselines on the same instances (dotted), and
-# the loss on them:
-
-# %%
-def plot_memorisation(mem: dict):
-    "Rouge-L, exact match and rank accuracy on the training instances against the step, beside the baselines"
-    curve = mem["curve"]
-    steps = [c["step"] for c in curve]
-    fig, (ax, ax_loss) = plt.subplots(1, 2, figsize=(11, 3.5))
-    for key, base, color in (("rougeL", "majority_rougeL", "C0"), ("exact_match", "majority_exact_match", "C1"),
-                             ("rank_accuracy", "majority_accuracy", "C2")):
-        ax.plot(steps, [c[key] for c in curve], "o-", ms=3, color=color, label=key)
-        ax.axhline(curve[0][base], color=color, ls=":", lw=1)
-    ax.set_xlabel("fine-tuning step"); ax.set_ylabel("score on the 30 training instances"); ax.legend(fontsize=8)
-    ax.set_title("memorisation (dotted: majority answer)", fontsize=9)
-    ax_loss.plot(steps, [c["loss"] for c in curve], "o-", ms=3)
-    ax_loss.set_xlabel("fine-tuning step"); ax_loss.set_ylabel("loss on them (nats)")
-    fig.tight_layout(); plt.show()
-    for c in (curve[0], *[c for c in curve[1:-1] if c["step"] % 100 == 0], curve[-1]):
-        print(f"step {c['step']:4d}: Rouge-L {c['rougeL']:5.1f} (majority {c['majority_rougeL']:.1f}), exact match "
-              f"{c['exact_match']:5.1f} ({c['majority_exact_match']:.1f}), rank accuracy {c['rank_accuracy']:5.1f} "
-              f"({c['majority_accuracy']:.1f}), {c['distinct_outputs']} distinct outputs")
-
-
-if controls:
-    plot_memorisation(controls["memorisation"])
-
-# %% [markdown]
-# The pipeline learns what it is shown. On the 30 instances it trained on, exact match rises from 0 to 53.3% by step
-# 100, 80.0% by step 200 and 86.7% (26 of 30) at step 400; Rouge-L from 1.7 to 97.1 and rank accuracy from 60 to 100,
-# against majority baselines of 29.3, 26.7 and 60.0 on the same instances. The loss on them falls from 7.7 to 0.004 (right
-# panel; the numbers are in `results/finetune_controls.json`), and the number of distinct outputs grows from 11 to 23 of 30. So the tokenization, prompt, loss, generation and
-# scoring are right: the constant answers of the annotated run (and the few, repeated answers of the other runs that
-# 09b compares) come from a small model that has not learned the tasks from 10–100 examples each, not from a broken
-# pipeline.
-
-# %% [markdown]
-# ### (b) Does the output depend on the input?
-#
-# Any sentence about a restaurant shares words with an E2E reference, so a constant scores Rouge-L. Only an answer that
-# reads its input can name the restaurant of `name[...]`. A constant that names one restaurant scores that restaurant's
-# share of the instances (the best such constant: the most frequent restaurant's share); copying the name scores 100%.
-
-# %%
-#| export
-E2E = "task957_e2e_nlg_text_generation_generate"  # E2E NLG: a restaurant's attributes -> a sentence about it
-
-
-def e2e_name(instance_input: str) -> str:
-    "The `name[...]` value of an E2E NLG input ('' when it has none)"
-    m = re.search(r"name\[([^\]]*)\]", instance_input)
-    return m.group(1).strip() if m else ""
-
-
-def name_copy_share(predictions: list[str], inputs: list[str]) -> float:
-    "Percent of predictions that contain their E2E input's name (compared after `normalize_answer`, whole words)"
-    if len(predictions) != len(inputs) or not inputs:
-        raise ValueError(f"name_copy_share needs one prediction per input, and at least one: got {len(predictions)} "
-                         f"predictions for {len(inputs)} inputs.")
-    hit = lambda p, i: f" {normalize_answer(e2e_name(i))} " in f" {normalize_answer(p)} " if e2e_name(i) else False
-    return 100 * sum(hit(p, i) for p, i in zip(predictions, inputs)) / len(inputs)
-
-
-# %%
-inputs = ["name[The Eagle], food[Indian]", "name[Fitzbillies], near[The Eagle]"]
-test_eq(e2e_name(inputs[1]), "Fitzbillies")
-test_eq(name_copy_share(["The Eagle serves Indian food.", "Fitzbillies is near The Eagle."], inputs), 100.0)
-test_eq(name_copy_share(["The Eagles.", "fitzbillies!"], inputs), 50.0)  # whole words; case and punctuation aside
-test_fail(lambda: name_copy_share(["x"], inputs), contains="one prediction per input")
-
-# %% [markdown]
-# The share for the 18 saved runs of [09b](09b_what_pretraining_buys.ipynb)'s experiment (the demo model and a random
-# init, 10, 30 and 100 instances per task, 3 seeds; their 25 E2E generations are those of the first 25 seen E2E
-# instances, in order) and for the controls' runs, beside the baselines on the same instances:
-
-# %%
-seen_e2e = [r for r in load_sni(split="seen", instances_per_task=25)[0] if r["task"] == E2E]
-e2e_inputs, e2e_names = [r["input"] for r in seen_e2e], [e2e_name(r["input"]) for r in seen_e2e]
-top = max(set(e2e_names), key=e2e_names.count)
-print(f"baselines on these {len(seen_e2e)} instances: majority answer "
-      f"{name_copy_share([seen_e2e[0]['majority']] * len(seen_e2e), e2e_inputs):.0f}%, best constant "
-      f"({top!r}) {name_copy_share([top] * len(seen_e2e), e2e_inputs):.0f}%, copy the name "
-      f"{name_copy_share(e2e_names, e2e_inputs):.0f}%")
-if EXPERIMENT.exists():
-    for r in json.loads(EXPERIMENT.read_text())["runs"]:
-        share = name_copy_share([e["prediction"] for e in r["e2e"]], e2e_inputs[:len(r["e2e"])])
-        print(f"experiment {r['start']:12} n={r['instances_per_task']:3} seed={r['seed']}: {share:4.0f}%")
-if controls:
-    m = controls["memorisation"]
-    print(f"memorisation, its own {m['name_share_baselines']['instances']} E2E training instances: "
-          f"{m['curve'][-1]['e2e_name_share']:.0f}% at step {m['steps']} (best constant "
-          f"{m['name_share_baselines']['best_constant']:.0f}%)")
-
-# %% [markdown]
-# No run of the experiment names the restaurant clearly more often than a constant does: the 18 runs score 0–16% (at most
-# 4 of 25), against 12% (3 of 25) for the best single-name constant ("The Phoenix") and 8% for the majority answer,
-# so the best runs beat it by one instance; what Rouge-L gives them on E2E is shared
-# words, not reading. The memorisation run names the restaurant in all 5 of its own E2E training instances (best
-# constant 20%): generation can copy a name when the model has learned to. Input dependence is what the small models
-# lack.
+# (wrong labels, a prompt cut before the input, generation that ignores the encoder). The positive controls of the next
+# lesson, [09b](09b_what_pretraining_buys.ipynb), separate them.
 
 # %% [markdown]
 # ## What you learned
@@ -840,8 +714,8 @@ if controls:
 # - Rank classification asks which option the model finds likelier, whatever its greedy text says.
 # - A falling fine-tuning loss can mean the model learned each task's answer *distribution*, not to read its input;
 #   greedy decoding then writes one constant per task.
-# - Positive controls tell "too small" from "broken": memorise 30 training instances; measure what no constant can pass
-#   (the name-copy share).
+# - Fine-tuning is the pre-training loop (`fit`) on (prompt, reference) pairs: a preset (AdamW 5e-5, constant schedule,
+#   dropout 0) and every weight loaded from the checkpoint, or a random init of the same architecture as the control.
 #
 # ## Questions
 #
@@ -853,25 +727,31 @@ if controls:
 # 6. The annotated run's held-out loss falls from 8.16 to 3.84 while its scores stay at the majority baseline. What did
 #    it learn?
 # 7. Would sampling instead of greedy decoding make the annotated run's outputs depend on the input?
-# 8. Name three bugs that the memorisation control (a) would catch.
-# 9. Why is the best constant's name-copy share above 0%, and what does "copy the input" score?
-# 10. **Predict, then run:** the memorisation control from a random init: does it memorise, faster or slower than the
-#     pre-trained start? (`finetune_controls.py` has no switch for it: call its `memorisation(random_init_start(run,
-#     root), 400, 25, 0, root)` from Python, with `run` a pre-training run dir that kept its checkpoints.)
+# 8. A task's majority answer is taken from its instances that are *not* evaluated. What would be wrong with taking it
+#    from all of them?
+# 9. `evaluate_sni` sorts the sources by length before generating. What does that save, and what must it get right
+#    afterwards?
+# 10. **Predict, then run:** `rouge_l("the mat on the cat", ["the cat on the mat"])` and
+#     `exact_match("The cat, on the mat.", ["the cat on the mat"])`.
+# 11. 23 of the annotated run's 25 E2E generations are one sentence that names no input's restaurant, yet its E2E
+#     Rouge-L is well above 0. Where do its points come from?
 #
 # ## Try it
 #
-# 1. **Memorisation speed** (a few minutes, from a clone of the repository, with a finished `cpu-demo` pre-training
-#    run: `--run DIR`, default `runs/cpu-demo`):
-#    `python experiments/finetune_controls.py --parts a --memorise-lr 3e-4 --out mem.json`. Look for the step where
-#    exact match first reaches 80 (step 200 at lr 1e-3 in (a)), and whether the loss keeps falling after it.
+# 1. **What a constant scores** (seconds): the mean `rouge_l` of the annotated run's constant, "The Punter rating of 5
+#    out of 5.", against the references of the 25 seen E2E instances (`load_sni(split="seen",
+#    instances_per_task=25)`, rows of task `E2E`). Look for how close it comes to the run's own E2E Rouge-L, and to the
+#    majority answer's.
 # 2. **More E2E data** (a few minutes): the annotated run (`SETTINGS` above) with
 #    `sni.instances_per_task=500` and `train.total_steps=600` (E2E NLG then has 500 training instances; COPA has
-#    only 447 and the BIG-Bench-Hard tasks 225, once the `seen` instances are held out). Look for the number of distinct E2E outputs and the name-copy share against
-#    the best constant.
+#    only 447 and the BIG-Bench-Hard tasks 225, once the `seen` instances are held out). Look for the number of distinct
+#    E2E outputs, and how many name their input's restaurant (`name_copy_share`, appendix) against a constant's share.
 # 3. **Sampling** (a minute after a run): load a fine-tuned run's `hf/` with `load_model` and generate its E2E outputs
 #    with `model.generate(..., top_k=50)`. Look for whether they vary *with the input* (the name-copy share) or only
 #    by chance.
+#
+# Next: lesson [09b](09b_what_pretraining_buys.ipynb) tells "too small" from "broken", then measures what pre-training
+# buys.
 #
 # ## Appendix: machinery and its checks
 
@@ -1000,6 +880,40 @@ test_eq(sorted(saved["unseen"]["per_task"]), ["task1745_bbh_navigate", "task1752
 test_eq(len(saved["seen"]["per_task"]), 6)
 for name, label in EVAL_SETS.items():
     print(f"{label}:\n{format_scores(saved[name])}\n")
+
+# %% [markdown]
+# ### The E2E name-copy share
+#
+# Lesson [09b](09b_what_pretraining_buys.ipynb)'s control (b) asks whether generations depend on their input: on E2E
+# NLG, `e2e_name` reads an input's `name[...]` value and `name_copy_share` gives the percent of predictions that
+# contain it, compared after `normalize_answer` as whole words. Checked on hand-made inputs:
+
+# %%
+#| export
+E2E = "task957_e2e_nlg_text_generation_generate"  # E2E NLG: a restaurant's attributes -> a sentence about it
+
+
+def e2e_name(instance_input: str) -> str:
+    "The `name[...]` value of an E2E NLG input ('' when it has none)"
+    m = re.search(r"name\[([^\]]*)\]", instance_input)
+    return m.group(1).strip() if m else ""
+
+
+def name_copy_share(predictions: list[str], inputs: list[str]) -> float:
+    "Percent of predictions that contain their E2E input's name (compared after `normalize_answer`, whole words)"
+    if len(predictions) != len(inputs) or not inputs:
+        raise ValueError(f"name_copy_share needs one prediction per input, and at least one: got {len(predictions)} "
+                         f"predictions for {len(inputs)} inputs.")
+    hit = lambda p, i: f" {normalize_answer(e2e_name(i))} " in f" {normalize_answer(p)} " if e2e_name(i) else False
+    return 100 * sum(hit(p, i) for p, i in zip(predictions, inputs)) / len(inputs)
+
+
+# %%
+inputs = ["name[The Eagle], food[Indian]", "name[Fitzbillies], near[The Eagle]"]
+test_eq(e2e_name(inputs[1]), "Fitzbillies")
+test_eq(name_copy_share(["The Eagle serves Indian food.", "Fitzbillies is near The Eagle."], inputs), 100.0)
+test_eq(name_copy_share(["The Eagles.", "fitzbillies!"], inputs), 50.0)  # whole words; case and punctuation aside
+test_fail(lambda: name_copy_share(["x"], inputs), contains="one prediction per input")
 
 # %%
 #| hide

@@ -1,6 +1,6 @@
 # %% [markdown]
-# # What pre-training buys: fine-tuning from the demo's checkpoints
-# > Fine-tuning from pre-training checkpoints of increasing span and document gain, and the demo model against a random init over training sizes and seeds: what pre-training buys at CPU scale
+# # Positive controls, and what pre-training buys
+# > Positive controls that tell a small model from a broken pipeline, then fine-tuning from pre-training checkpoints of increasing span and document gain, and the demo model against a random init over training sizes and seeds: what pre-training buys at CPU scale
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -11,22 +11,25 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/nanot5-edu/nanot5_edu"], check=True)
 
 # %% [markdown]
-# [09](09_finetuning.ipynb) built the fine-tuning pipeline and checked it: the Tk-Instruct prompt; Rouge-L, exact match
-# and rank accuracy, each beside the majority answer and a copy of the input; `finetune` on the `fit` loop; one run read
-# closely, whose falling loss bought one constant answer per task; and positive controls showing that the pipeline learns
-# what it is shown (memorisation) while the small model does not read its input (the name-copy share). This lesson asks
-# what nanoT5 asks of pre-training, **what does it buy downstream?**, at CPU scale, with two measurements:
+# [09](09_finetuning.ipynb) built the fine-tuning pipeline: the Tk-Instruct prompt; Rouge-L, exact match and rank
+# accuracy, each beside the majority answer and a copy of the input; `finetune` on the `fit` loop; and one run read
+# closely, whose falling loss bought one constant answer per task. Two explanations fit that run: the model is too
+# small or too little pre-trained to read its input, or the pipeline is broken. This lesson first tells them apart,
+# then asks what nanoT5 asks of pre-training, **what does it buy downstream?**, at CPU scale:
 #
+# - **positive controls**: (a) memorisation, where a correct pipeline must succeed, and (b) a score no constant answer
+#   can pass, the share of E2E NLG generations that name the input's restaurant;
 # - **fine-tuning from checkpoints of one pre-training run** (steps 0, 500, 1,500 and 3,000), each read against what
 #   pre-training measured at that step: `span_gain` and `document_gain`;
 # - **the experiment**: the demo model against the same architecture and tokenizer from a random init, with 10, 30 and
 #   100 training instances per task, 3 seeds each.
 #
-# It builds no new machinery, only the experiment's runner and its tables. From [09](09_finetuning.ipynb) it uses
-# `finetune`, `make_finetune_config`, `checkpoint_model_config`, the metrics with their baselines and the E2E name-copy
-# share; from [05](05_pretraining.ipynb), the gains and the demo's checkpoint (`../runs/cpu-demo-notebook`, which 05's
-# slow cell writes and this lesson's slow cells fine-tune). Both measurements are saved in `nbs/results/`: reading needs
-# no run.
+# It builds no new machinery, only the experiment's runner and its tables. From [09](09_finetuning.ipynb)
+# (`nanot5_edu.finetune`) it uses `finetune`, `make_finetune_config`, `checkpoint_model_config`, `load_sni`, the
+# metrics with their baselines and the E2E name-copy share (`e2e_name`, `name_copy_share`, in 09's appendix); from
+# [05](05_pretraining.ipynb), the gains and the demo's checkpoint (`../runs/cpu-demo-notebook`, which 05's slow cell
+# writes and this lesson's slow cells fine-tune). The controls and both measurements are saved in `nbs/results/` and
+# found by `results_file` wherever the notebook runs: reading needs no run.
 
 # %%
 import json, shutil, time
@@ -37,7 +40,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from nanot5_edu.data import results_file
-from nanot5_edu.finetune import E2E, checkpoint_model_config, finetune, make_finetune_config
+from nanot5_edu.finetune import (E2E, checkpoint_model_config, e2e_name, finetune, load_sni, make_finetune_config,
+                                 name_copy_share)
 from nanot5_edu.model import T5
 from nanot5_edu.train import make_config
 
@@ -49,19 +53,118 @@ import transformers
 transformers.utils.logging.set_verbosity_error(); transformers.utils.logging.disable_progress_bar()  # quiet weight loading
 
 # %% [markdown]
+# ## Positive controls
+#
+# A positive control is a setting where a correct pipeline *must* succeed. `experiments/finetune_controls.py` runs two
+# with 09's functions and saves `results/finetune_controls.json`:
+#
+# - **(a) memorisation**: the demo model fine-tuned on 5 instances of each training task (30; AdamW 1e-3, batch 8, 400
+#   steps), scored on *those same instances* every 25 steps. Nothing has to generalise;
+# - **(b) input dependence**: on E2E NLG, the share of generations that contain the input's `name[...]` value.
+#
+# (Its part (c), fine-tuning from checkpoints of one pre-training run, is the next section.)
+
+# %%
+CONTROLS = results_file("finetune_controls.json")    # nbs/results, or the repository's copy (00's appendix)
+EXPERIMENT = results_file("sni_experiment.json")     # the experiment's saved runs, for (b)
+controls = json.loads(CONTROLS.read_text()) if CONTROLS.exists() else None
+if controls:
+    mem = controls["memorisation"]
+    print(f"from {controls['run']}: (a) {mem['instances']} instances, {mem['steps']} steps, "
+          f"{mem['wall_s'] / 60:.1f} min ({controls['cpu']})")
+else:
+    print(f"{CONTROLS} is not there: run python experiments/finetune_controls.py")
+
+
+# %% [markdown]
+# ### (a) Memorisation
+#
+# The score on the 30 training instances against the step, with the baselines on the same instances (dotted), and
+# the loss on them:
+
+# %%
+def plot_memorisation(mem: dict):
+    "Rouge-L, exact match and rank accuracy on the training instances against the step, beside the baselines"
+    curve = mem["curve"]
+    steps = [c["step"] for c in curve]
+    fig, (ax, ax_loss) = plt.subplots(1, 2, figsize=(11, 3.5))
+    for key, base, color in (("rougeL", "majority_rougeL", "C0"), ("exact_match", "majority_exact_match", "C1"),
+                             ("rank_accuracy", "majority_accuracy", "C2")):
+        ax.plot(steps, [c[key] for c in curve], "o-", ms=3, color=color, label=key)
+        ax.axhline(curve[0][base], color=color, ls=":", lw=1)
+    ax.set_xlabel("fine-tuning step"); ax.set_ylabel("score on the 30 training instances"); ax.legend(fontsize=8)
+    ax.set_title("memorisation (dotted: majority answer)", fontsize=9)
+    ax_loss.plot(steps, [c["loss"] for c in curve], "o-", ms=3)
+    ax_loss.set_xlabel("fine-tuning step"); ax_loss.set_ylabel("loss on them (nats)")
+    fig.tight_layout(); plt.show()
+    for c in (curve[0], *[c for c in curve[1:-1] if c["step"] % 100 == 0], curve[-1]):
+        print(f"step {c['step']:4d}: Rouge-L {c['rougeL']:5.1f} (majority {c['majority_rougeL']:.1f}), exact match "
+              f"{c['exact_match']:5.1f} ({c['majority_exact_match']:.1f}), rank accuracy {c['rank_accuracy']:5.1f} "
+              f"({c['majority_accuracy']:.1f}), {c['distinct_outputs']} distinct outputs")
+
+
+if controls:
+    plot_memorisation(controls["memorisation"])
+
+# %% [markdown]
+# The pipeline learns what it is shown. On the 30 instances it trained on, exact match rises from 0 to 53.3% by step
+# 100, 80.0% by step 200 and 86.7% (26 of 30) at step 400; Rouge-L from 1.7 to 97.1 and rank accuracy from 60 to 100,
+# against majority baselines of 29.3, 26.7 and 60.0 on the same instances. The loss on them falls from 7.7 to 0.004
+# (right panel; the numbers are in `results/finetune_controls.json`), and the number of distinct outputs grows from 11
+# to 23 of 30. So the tokenization, prompt, loss, generation and scoring are right: the constant answers of 09's
+# annotated run (and the few, repeated answers of this lesson's experiment below) come from a small model that has not
+# learned the tasks from 10–100 examples each, not from a broken pipeline.
+
+# %% [markdown]
+# ### (b) Does the output depend on the input?
+#
+# Any sentence about a restaurant shares words with an E2E reference, so a constant scores Rouge-L. Only an answer that
+# reads its input can name the restaurant of `name[...]`. A constant that names one restaurant scores that restaurant's
+# share of the instances (the best such constant: the most frequent restaurant's share); copying the name scores 100%.
+# `name_copy_share(predictions, inputs)` (09's appendix) counts the predictions that contain their input's `name[...]`
+# value as whole words.
+#
+# The share for the 18 saved runs of this lesson's experiment (below: the demo model and a random init, 10, 30 and 100
+# instances per task, 3 seeds; their 25 E2E generations are those of the first 25 seen E2E instances, in order) and
+# for the controls' runs, beside the baselines on the same instances:
+
+# %%
+seen_e2e = [r for r in load_sni(split="seen", instances_per_task=25)[0] if r["task"] == E2E]
+e2e_inputs, e2e_names = [r["input"] for r in seen_e2e], [e2e_name(r["input"]) for r in seen_e2e]
+top = max(sorted(set(e2e_names)), key=e2e_names.count)  # ties: the first alphabetically (a set's order varies)
+print(f"baselines on these {len(seen_e2e)} instances: majority answer "
+      f"{name_copy_share([seen_e2e[0]['majority']] * len(seen_e2e), e2e_inputs):.0f}%, best constant "
+      f"({top!r}) {name_copy_share([top] * len(seen_e2e), e2e_inputs):.0f}%, copy the name "
+      f"{name_copy_share(e2e_names, e2e_inputs):.0f}%")
+if EXPERIMENT.exists():
+    for r in json.loads(EXPERIMENT.read_text())["runs"]:
+        share = name_copy_share([e["prediction"] for e in r["e2e"]], e2e_inputs[:len(r["e2e"])])
+        print(f"experiment {r['start']:12} n={r['instances_per_task']:3} seed={r['seed']}: {share:4.0f}%")
+if controls:
+    m = controls["memorisation"]
+    print(f"memorisation, its own {m['name_share_baselines']['instances']} E2E training instances: "
+          f"{m['curve'][-1]['e2e_name_share']:.0f}% at step {m['steps']} (best constant "
+          f"{m['name_share_baselines']['best_constant']:.0f}%)")
+
+# %% [markdown]
+# No run of the experiment names the restaurant clearly more often than a constant does: the 18 runs score 0–16% (at
+# most 4 of 25), against 12% (3 of 25) for the best single-name constant ("The Phoenix", tied with "The Waterman") and
+# 8% for the majority answer, so the best runs beat it by one instance; what Rouge-L gives them on E2E is shared words,
+# not reading. The memorisation run names the restaurant in all 5 of its own E2E training instances (best constant 20%):
+# generation can copy a name when the model has learned to. Input dependence is what the small models lack.
+
+# %% [markdown]
 # ## Fine-tuning from checkpoints of increasing span and document gain
 #
-# `experiments/finetune_controls.py` (part (c); its parts (a) and (b) are 09's positive controls) fine-tuned from
+# `experiments/finetune_controls.py` (part (c); its parts (a) and (b) are the controls above) fine-tuned from
 # checkpoints of a `nanot5-edu pretrain` run of the demo preset that kept every checkpoint, with the experiment's recipe
 # below, and saved `results/finetune_controls.json`:
 
 # %%
-CONTROLS = results_file("finetune_controls.json")  # nbs/results, or the repository's copy (00's appendix)
-controls = json.loads(CONTROLS.read_text()) if CONTROLS.exists() else None
-if controls:
+if controls:  # loaded with the controls above
     print(f"from {controls['run']}: checkpoints {controls['checkpoints']}, {controls['steps']} steps, seeds "
           f"{controls['seeds']}, instances per task {sorted({r['instances_per_task'] for r in controls['transfer']})}; "
-          f"{controls['wall_s'] / 60:.1f} min with 09's controls ({controls['cpu']})")
+          f"{controls['wall_s'] / 60:.1f} min with controls (a) and (b) ({controls['cpu']})")
 else:
     print(f"{CONTROLS} is not there: run python experiments/finetune_controls.py")
 
@@ -111,17 +214,16 @@ if controls:
     plot_transfer(controls)
 
 # %% [markdown]
-# Pre-training buys held-out loss, steadily: the lowest held-out loss after fine-tuning falls from 6.310 ± 0.145
-# (random init) to 5.835 ± 0.146 (step 500), 5.610 ± 0.026 (step 1,500) and 5.426 ± 0.037 (step 3,000), each step
-# beyond the seed spread (the 3 seeds' ranges do not overlap: the figure's points). It buys nothing visible in the
-# generations: E2E Rouge-L (18.5–24.1), seen exact match
-# (16.2–20.4), rank accuracy (45–57, chance 50) and the name share (5–13%; a single-name constant scores 12% on these
-# 25 E2E instances, 09's control (b)) move within their seed
-# spreads and show no trend. Which gain does the transfer follow? Along one pre-training run both rise together, so
-# four checkpoints cannot separate them; but the first 500 steps give the largest drop in fine-tuned loss (0.48
-# nats) while `span_gain` is still 0.003: that part of what pre-training buys is not span filling. More likely it is
-# what `document_gain` and the held-out loss also measure, the statistics of English text and of topics (a reading
-# these four checkpoints suggest, not one they isolate).
+# Pre-training buys held-out loss, steadily: the lowest held-out loss after fine-tuning falls from 6.310 ± 0.145 (random
+# init) to 5.835 ± 0.146 (step 500), 5.610 ± 0.026 (step 1,500) and 5.426 ± 0.037 (step 3,000), each step beyond the
+# seed spread (the 3 seeds' ranges do not overlap: the figure's points). It buys nothing visible in the generations: E2E
+# Rouge-L (18.5–24.1), seen exact match (16.2–20.4), rank accuracy (45–57, chance 50) and the name share (5–13%; a
+# single-name constant scores 12% on these 25 E2E instances, control (b) above) move within their seed spreads and show
+# no trend. Which gain does the transfer follow? Along one pre-training run both rise together, so four checkpoints
+# cannot separate them; but the first 500 steps give the largest drop in fine-tuned loss (0.48 nats) while `span_gain`
+# is still 0.003: that part of what pre-training buys is not span filling. More likely it is what `document_gain` and
+# the held-out loss also measure, the statistics of English text and of topics (a reading these four checkpoints
+# suggest, not one they isolate).
 
 # %% [markdown]
 # ## The experiment: what does pre-training buy at CPU scale?
@@ -346,6 +448,9 @@ assert 1e4 < ratio < 1e5
 # %% [markdown]
 # ## What you learned
 #
+# - Positive controls tell "too small" from "broken": the pipeline memorises 30 training instances (a setting where it
+#   must succeed), and the name-copy share, which no constant answer can pass, shows that the small models do not read
+#   their input.
 # - What pre-training buys is measured against the same architecture and tokenizer from a random init, at several
 #   fine-tuning sizes, over seeds; a difference counts only beyond the seed spread.
 # - At CPU scale it buys a lower held-out loss on new instances of the seen tasks, most with the least fine-tuning data
@@ -359,36 +464,44 @@ assert 1e4 < ratio < 1e5
 #
 # ## Questions
 #
-# 1. Every run takes 200 steps of batch 8, whatever the training size. Why not a fixed number of epochs instead?
-# 2. The seed draws the training sample, the data order and the random start's init. Why does a difference count only
+# 1. Name three bugs that the memorisation control (a) would catch.
+# 2. Why is the best constant's name-copy share above 0%, and what does "copy the input" score?
+# 3. **Predict, then run:** the memorisation control from a random init: does it memorise, faster or slower than the
+#    pre-trained start? (`finetune_controls.py` has no switch for it: call its `memorisation(random_init_start(run,
+#    root), 400, 25, 0, root)` from Python, with `run` a pre-training run dir that kept its checkpoints.)
+# 4. Every run takes 200 steps of batch 8, whatever the training size. Why not a fixed number of epochs instead?
+# 5. The seed draws the training sample, the data order and the random start's init. Why does a difference count only
 #    when the 3 seeds' ranges do not overlap, and how often would it count by chance alone, with no real difference?
-# 3. At 10 instances per task the pre-trained start's *lowest* held-out loss is 0.77 nats below the random start's, but
+# 6. At 10 instances per task the pre-trained start's *lowest* held-out loss is 0.77 nats below the random start's, but
 #    its *final* one is not lower. Why, and what is optimistic about reporting the lowest?
-# 4. Why does the pre-trained start's advantage in held-out loss shrink from 0.77 nats (10 per task) to 0.12 (100 per
+# 7. Why does the pre-trained start's advantage in held-out loss shrink from 0.77 nats (10 per task) to 0.12 (100 per
 #    task)?
-# 5. Before fine-tuning, the demo model's held-out loss is 8.16 and a random init's 9.45–9.50; the demo never saw an
+# 8. Before fine-tuning, the demo model's held-out loss is 8.16 and a random init's 9.45–9.50; the demo never saw an
 #    SNI prompt. Where can 1.3 nats come from? Compare with $\ln 8{,}192 = 9.01$.
-# 6. The held-out loss is lower, Rouge-L is not higher. How can both be true?
-# 7. At 100 instances per task the pre-trained runs score a lower E2E Rouge-L than the random ones (10.2 ± 4.4 against
-#    22.8 ± 6.2, beyond the seed spread). Does pre-training hurt here?
-# 8. Does fine-tuning quality follow `span_gain` or `document_gain`, and can four checkpoints of one pre-training run
-#    tell them apart?
-# 9. Design a measurement that could tell them apart.
-# 10. **Predict, then run:** before running the `pretraining_flops` cell, guess the ratio of T5-Base's pre-training
+# 9. The held-out loss is lower, Rouge-L is not higher. How can both be true?
+# 10. At 100 instances per task the pre-trained runs score a lower E2E Rouge-L than the random ones (10.2 ± 4.4 against
+#     22.8 ± 6.2, beyond the seed spread). Does pre-training hurt here?
+# 11. Does fine-tuning quality follow `span_gain` or `document_gain`, and can four checkpoints of one pre-training run
+#     tell them apart?
+# 12. Design a measurement that could tell them apart.
+# 13. **Predict, then run:** before running the `pretraining_flops` cell, guess the ratio of T5-Base's pre-training
 #     compute to the demo's to a power of ten.
-# 11. **Predict, then check:** [09](09_finetuning.ipynb)'s annotated run scored with `sni.eval_on=unseen` (yes/no
+# 14. **Predict, then check:** [09](09_finetuning.ipynb)'s annotated run scored with `sni.eval_on=unseen` (yes/no
 #     tasks): its Rouge-L and rank accuracy? (The experiment scored every run on the unseen tasks: compare with the
 #     "unseen" rows of its tables.)
 #
 # ## Try it
 #
-# 1. **A lower learning rate** (≈ 5 minutes on 2 CPU cores, after the first slow cell):
-#    `run_experiment(PRETRAINED, (10,), SEEDS, [*SETTINGS, "optim.lr=3e-4"], Path("../runs/sni-lr3e-4"))`. Look for
-#    whether the final held-out loss comes closer to the lowest (less overfitting at 10 per task), and whether the
-#    pre-trained start's advantage stays beyond the seed spread (`experiment_table` of the result).
-# 2. **A larger training size** (≈ 3 minutes): `run_experiment(PRETRAINED, (200,), (0, 1), SETTINGS,
-#    Path("../runs/sni-n200"))`. Look for whether the loss advantage shrinks further and whether the number of distinct
-#    E2E outputs grows.
+# 1. **Memorisation speed** (a few minutes, from a clone of the repository, with a finished `cpu-demo` pre-training
+#    run: `--run DIR`, default `runs/cpu-demo`):
+#    `python experiments/finetune_controls.py --parts a --memorise-lr 3e-4 --out mem.json`. Look for the step where
+#    exact match first reaches 80 (step 200 at lr 1e-3 in (a)), and whether the loss keeps falling after it.
+# 2. **A lower learning rate, or a larger training size** (≈ 5 and ≈ 3 minutes on 2 CPU cores, after the first slow
+#    cell): `run_experiment(PRETRAINED, (10,), SEEDS, [*SETTINGS, "optim.lr=3e-4"], Path("../runs/sni-lr3e-4"))`.
+#    Look for whether the final held-out loss comes closer to the lowest (less overfitting at 10 per task), and whether
+#    the pre-trained start's advantage stays beyond the seed spread (`experiment_table` of the result). Then
+#    `run_experiment(PRETRAINED, (200,), (0, 1), SETTINGS, Path("../runs/sni-n200"))`: does the loss advantage shrink
+#    further, and does the number of distinct E2E outputs grow?
 # 3. **Loss against Rouge-L** (no training, a minute): over the 18 saved runs in `saved["runs"]`, the rank correlation
 #    (`scipy.stats.spearmanr`) between each run's lowest held-out loss and its E2E Rouge-L, once over all runs and once
 #    within each training size. Look for whether a lower loss goes with a higher Rouge-L within one size.

@@ -124,7 +124,7 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 #
 # **Why AdamWScale works** (04, one seed, 200 steps of the same model): the relative change of each tensor per
 # step, `|Δθ| / (lr·|θ|)`, averaged over the last 50 steps, spans 0.18–16.9 across tensors with plain AdamW (a
-# factor of 96; the `q` matrices moved 90 × lr at step 1), 0.13–0.30 with AdamWScale (2.4) and 0.72–0.99 with
+# factor of 96; the `q` matrices moved 90 × lr at step 1), 0.13–0.32 with AdamWScale (2.5) and 0.72–0.99 with
 # Adafactor (1.4). This shows the mechanism; it ranks nothing.
 #
 # For orientation only — nanoT5's published C4 losses (T5-Base, 32k vocabulary, 65,536 steps × 128 × 512, about
