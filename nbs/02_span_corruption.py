@@ -62,10 +62,11 @@ test_eq(tok.convert_tokens_to_ids("<extra_id_0>"), len(tok) - 1)
 # ## How long must a raw chunk be?
 #
 # The model's input has a fixed length (512 for T5-Base). Corruption *shortens* a chunk: a span of 3 noise
-# tokens becomes 1 sentinel. So we cut raw chunks a little longer — for `T` raw tokens with `n = round(T·0.15)`
-# noise tokens in `s = round(n/3)` spans, the input is `T − n + s + 1` long (+1 for EOS) and the target
-# `n + s + 1`. We take the largest `T` whose input still fits. (`round` is Python's banker's rounding, as in
-# the reference; the clamps are those of the noise mask below.)
+# tokens becomes 1 sentinel. So we cut raw chunks (fixed-length windows of the tokenized documents laid end
+# to end, cut wherever the count falls: lesson 02b does the cutting) a little longer — for `T` raw tokens with
+# `n = round(T·0.15)` noise tokens in `s = round(n/3)` spans, the input is `T − n + s + 1` long (+1 for EOS)
+# and the target `n + s + 1`. We take the largest `T` whose input still fits. (`round` is Python's banker's
+# rounding, as in T5's reference code; the clamps are those of the noise mask below.)
 
 # %%
 #| export
@@ -418,8 +419,9 @@ test_eq(corrupted_lengths(568, 0.15, 3.0), (512, 114))
 #    `T − n + s + 1` and `n + s + 1`, then compare with the check under "How long must a raw chunk be?".
 # 3. Why does the target put a sentinel before each span instead of just listing the hidden tokens? What
 #    could the model not learn without them?
-# 4. **Predict, then run** the cell under "The noise mask" with a row of 10 tokens instead of 40
-#    (`example_noise_mask(10, 0.15, 3.0, np.random.default_rng(0))`): how many noise tokens, in how many spans?
+# 4. **Predict, then run** the drawing line of the cell under "The noise mask" with a row of 10 tokens instead
+#    of 40 (`example_noise_mask(10, 0.15, 3.0, np.random.default_rng(0))`, in a new cell: that cell's checks
+#    are for 40 tokens): how many noise tokens, in how many spans?
 #    And for a row of 3 tokens? (Python's `round` rounds halves to the even neighbour.)
 # 5. `uncorrupt` takes every id above `first_sentinel − 100` for a sentinel. What would it return if a raw
 #    row already contained one of those ids?

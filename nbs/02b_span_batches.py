@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Span corruption for batches: packing, a vectorised corruptor, the collator
-# > `pack_dataset` (documents → fixed-length rows), `random_spans_noise_mask` and `corrupt_spans` (a whole batch in a few tensor ops, proven equal to lesson 02's `corrupt_example`), and `SpanCorruptionCollator`, which every training run uses
+# > `pack_dataset` (documents → fixed-length rows), `random_spans_noise_mask` and `corrupt_spans` (a whole batch in a few tensor ops, checked equal to lesson 02's `corrupt_example`), and `SpanCorruptionCollator`, which every training run uses
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -15,10 +15,13 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # its noise mask (`example_noise_mask`), and `corrupt_example`, which turns them into a 512-token encoder input
 # and a 114-token target; `uncorrupt` undoes it. Training needs two more things: rows to corrupt, cut from whole
 # documents, and whole batches of them corrupted at once, cheaply enough that the model never waits. This lesson
-# builds both, and proves the fast version equal to the readable one on the same masks.
+# builds both, and checks the fast version equal to the readable one on the same masks.
 #
 # **What it needs**: the corpus of [00](00_data.ipynb), the tokenizer of [01](01_tokenizer.ipynb), and from 02
-# (`nanot5_edu.noise`) `example_noise_mask`, `corrupt_example`, `uncorrupt` and `span_lengths`.
+# (`nanot5_edu.noise`): `noise_counts` and `compute_input_and_target_lengths` (T5 fixes the numbers of noise
+# tokens and spans per row, so every row of a given length corrupts to the same lengths), the mask layout
+# (gap, span, gap, span, …: kept text first, a span last), `example_noise_mask`, `corrupt_example`, `uncorrupt`,
+# `span_lengths` and `SpanCorruptionError`.
 #
 # **What you will build**: `pack_dataset` (documents → fixed-length rows, for a list or a stream), `random_cuts`
 # and `random_spans_noise_mask` (a batch of T5 noise masks in a few tensor ops), `corrupt_spans` (a batch
@@ -134,8 +137,8 @@ test_eq(set(tagged["document"]), set(range(len(valid_docs))))  # every speech is
 # ## Going faster
 #
 # *Lesson 02 built the objective, and packing, above, gives it rows. What follows is engineering: a reader who
-# only needs the collator can skip to the end of this part, where the fast version is checked equal to
-# `corrupt_example` on the same masks.*
+# only needs the collator can skip to "The collator" below (the cell just before it checks the fast version
+# equal to `corrupt_example` on the same masks).*
 #
 # **Is the readable version too slow?** Not for a GPU. Per example, it takes a fraction of a millisecond:
 
@@ -255,11 +258,11 @@ for name, fn in [("topk draft", topk_cuts), ("random_cuts", random_cuts)]:
 
 
 # %% [markdown]
-# The check that `random_cuts` is exactly uniform (on cases small enough to count every possible set) moved
-# to the appendix: it tests the sampler, and nothing below needs it.
+# The check that `random_cuts` is exactly uniform (on cases small enough to count every possible set) is in
+# the appendix: it tests the sampler, and nothing below needs it.
 
 # %% [markdown]
-# From the cuts, the span lengths and the mask follow as in the reference: interleave gap and span lengths,
+# From the cuts, the span lengths and the mask follow as in HF's reference code: interleave gap and span lengths,
 # `cumsum` gives the span starts, a scatter marks them and `cumsum % 2` fills the spans.
 
 # %%
@@ -325,9 +328,9 @@ ax.set_xlabel("span length (tokens)"); ax.legend(); plt.show()
 
 
 # %% [markdown]
-# **Corrupting by gathering.** The reference builds each output by deleting tokens, which in a batch is a
-# boolean index over every token. Instead we compute, for every output position, *which raw token it copies*
-# and fetch them all with `gather`. Within a run of kept tokens (in the input) or of hidden tokens (in the
+# **Corrupting by gathering.** HF's reference (lesson 02's `hf_style_corrupt` draft) builds each output by
+# deleting tokens, which in a batch is a boolean index over every token. Instead we compute, for every output
+# position, *which raw token it copies* and fetch them all with `gather`. Within a run of kept tokens (in the input) or of hidden tokens (in the
 # labels) that source index grows by 1 per position; it only jumps after a sentinel — over span `k` in the
 # input, over gap `k` in the labels. So the source index is the `cumsum` of a row of ones with those jumps
 # scattered in, and the jumps are differences of the sentinel positions, which the cut points give directly
@@ -498,9 +501,19 @@ test_eq({k: tuple(v.shape) for k, v in batch.items()},
         {"input_ids": (8, 128), "labels": (8, 29), "decoder_input_ids": (8, 29)})
 
 # %% [markdown]
-# The checks behind "fast = readable": the collator's output equals `corrupt_spans` and `corrupt_example` on the
-# same masks, `decoder_input_ids` is the target shifted right behind the start token 0, every row round-trips
-# with `uncorrupt`, and the generator state makes it resumable.
+# The claim of this lesson, checked on real rows: from the same generator state, the collator's batch equals the
+# fast steps (`random_spans_noise_mask` + `corrupt_spans`) and, row by row, the readable `corrupt_example` of
+# lesson 02 on the same masks; and `uncorrupt` rebuilds the raw row from the collator's input and target.
+
+# %%
+state = collate.state_dict(); b1 = collate(torch.tensor(rows128[:4]["input_ids"]))
+same_masks = random_spans_noise_mask(141, generator=torch.Generator().set_state(state["generator"]), batch=4)
+fast = corrupt_spans(torch.tensor(rows128[:4]["input_ids"]), same_masks, collate.first_sentinel)
+readable = [corrupt_example(rows128[r]["input_ids"], same_masks[r].numpy(), collate.first_sentinel) for r in range(4)]
+test_eq(list(fast), [b1["input_ids"], b1["labels"]])                                    # collator = fast steps
+test_eq(readable, [(b1["input_ids"][r].tolist(), b1["labels"][r].tolist()) for r in range(4)])  # = readable
+test_eq(uncorrupt(b1["input_ids"][3].tolist(), b1["labels"][3].tolist(), collate.first_sentinel), rows128[3]["input_ids"])
+print("4 rows: collator == corrupt_spans == corrupt_example, and row 3 round-trips through uncorrupt")
 
 # %%
 #| hide
@@ -509,13 +522,6 @@ test_eq(batch["decoder_input_ids"][:, 0].tolist(), [0] * 8)
 test_eq(batch["decoder_input_ids"][:, 1:], batch["labels"][:, :-1])
 test_eq(collate(torch.zeros(0, 141, dtype=torch.long))["labels"].shape, (0, 29))   # an empty batch stays empty
 test_eq(uncorrupt(batch["input_ids"][3].tolist(), batch["labels"][3].tolist(), collate.first_sentinel), rows128[3]["input_ids"])
-state = collate.state_dict(); b1 = collate(torch.tensor(rows128[:4]["input_ids"]))
-same_masks = random_spans_noise_mask(141, generator=torch.Generator().set_state(state["generator"]), batch=4)
-test_eq(list(corrupt_spans(torch.tensor(rows128[:4]["input_ids"]), same_masks, collate.first_sentinel)),
-        [b1["input_ids"], b1["labels"]])   # the collator = the mask + corruption steps above
-for r in range(4):                         # … = the readable corrupt_example on the same masks
-    test_eq(corrupt_example(rows128[r]["input_ids"], same_masks[r].numpy(), collate.first_sentinel),
-            (b1["input_ids"][r].tolist(), b1["labels"][r].tolist()))
 collate.load_state_dict(state); b2 = collate(torch.tensor(rows128[:4]["input_ids"]))
 test_eq({k: v.tolist() for k, v in b2.items()}, {k: v.tolist() for k, v in b1.items()})  # resumable
 
@@ -587,7 +593,7 @@ test_eq(next(iter(loader))["input_ids"].shape, (16, 128))
 # %% [markdown]
 # ## Appendix: is `random_cuts` exactly uniform?
 #
-# Moved here from "Going faster", where `random_cuts` is built.
+# `random_cuts` is built in "Going faster"; this checks that its cut sets are exactly uniform.
 
 # %% [markdown]
 # Exactly uniform? On cases small enough to enumerate — 2 values out of 6 or out of 9, 15 or 36 possible

@@ -94,7 +94,7 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 #
 # One dataclass holds what defines the architecture, with the T5 v1.1 defaults. It converts to and from
 # `transformers.T5Config`. Presets: `tiny` (the CPU demo: 13.6M parameters), `t5-v1_1-small` and
-# `t5-v1_1-base` (nanoT5's model: 247,577,856 parameters). Vocabulary sizes are padded to a multiple of 128
+# `t5-v1_1-base` (nanoT5's model: 247,577,856 parameters; both counts are checked in 03b). Vocabulary sizes are padded to a multiple of 128
 # (32,100 ids → 32,128 rows) for fast matmuls, as Google did.
 #
 # (The check cells use `test_eq`, `test_close`, `test_fail` from `fastcore.test` and `hf_t5` =
@@ -195,7 +195,8 @@ test_eq(hf_tiny.encoder.embed_tokens is hf_tiny.shared is hf_tiny.decoder.embed_
 #
 # $$y = w \odot \frac{x}{\sqrt{\operatorname{mean}(x^2) + \epsilon}},$$
 #
-# with the mean taken in fp32 even under bf16. `F.rms_norm` is exactly this formula in one op; we give it
+# with the mean taken in fp32 even under bf16: in fp16, `x²` overflows once |x| passes 256 (the largest fp16 is
+# 65,504), and bf16 keeps only 8 bits of mantissa for the sum. `F.rms_norm` is exactly this formula in one op; we give it
 # `x` in fp32. With half-precision weights (a model cast to bf16), HF rounds the normalised `x` to the
 # weight's dtype *before* scaling, so then we scale after the op. (And a small helper: dropout with `p = 0`
 # — nanoT5's pre-training setting — becomes `nn.Identity`, so training does not multiply by an all-ones mask.)
@@ -300,9 +301,9 @@ axs[1].set_xlabel("key position − query position"); plt.tight_layout(); plt.sh
 
 
 # %% [markdown]
-# The bias is one embedding of `num_buckets × num_heads`, owned by the **first** layer of each stack and
-# reused by all its layers. We compute it once per forward pass, add the padding (or causal) mask to it, and
-# hand the sum to every layer as one additive attention mask.
+# The bias is one embedding of `num_buckets × num_heads`, owned by the **first** block of each stack and
+# reused by all its blocks. The stack (built in 03b) computes it once per forward pass, adds the padding (or
+# causal) mask to it, and hands the sum to every block as one additive attention mask.
 
 # %%
 #| export
@@ -340,7 +341,8 @@ test_eq(out[0, :, 2, 6], rpb.weight.detach()[relative_position_bucket(torch.tens
 #
 # The module keeps HF's parameter names (`q`, `k`, `v`, `o`, `relative_attention_bias`). For generation it
 # returns its keys and values as a small named pair, `KV`, and can take cached ones back; a decoder block
-# keeps one `KV` per attention layer in a `BlockCache`.
+# keeps one `KV` per attention layer in a `BlockCache`. Both are used only by 03b's blocks and generation, where
+# the cached path is checked against HF; this lesson runs attention without a cache.
 
 # %%
 #| export
@@ -452,8 +454,8 @@ test_close(ff(x), ref_ff(x), eps=1e-6)
 #   architecture and converts to and from `transformers.T5Config`; vocabularies are padded to a multiple of 128.
 # - RMSNorm only rescales (no mean subtraction, no bias), with the mean of `x²` taken in fp32; it gives HF's values
 #   and output dtypes for fp32 and bf16 weights and inputs.
-# - Positions enter only as a learned per-head bias of the bucketed key − query distance: exact up to 8 (16 in the
-#   causal decoder), log-spaced up to 128, one bucket beyond. One table of `num_buckets × num_heads` scalars serves
+# - Positions enter only as a learned per-head bias of the bucketed key − query distance: exact below 8 (below 16 in
+#   the causal decoder), log-spaced up to 128, one bucket beyond. One table of `num_buckets × num_heads` scalars serves
 #   a whole stack.
 # - Attention is unscaled (the `1/√d_kv` lives in the init of `q`, lesson 03b) and runs as one fused SDPA call with
 #   the bias as an additive mask; it equals the textbook `softmax(q·kᵀ + bias)·v` and HF's `T5Attention` within

@@ -22,8 +22,8 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # It needs from 03 its layers, imported from `nanot5_edu.layers`: `ModelConfig` and its presets, `RMSNorm`,
 # `RelativePositionBias`, `Attention` with its `KV` and `BlockCache`, `GatedFeedForward`, the `dropout` helper and
 # `hf_reference` (HF's model with the same architecture, the reference); and 03's walk of one batch through the
-# model, shape by shape, which this lesson's appendix measures. The check cells use `test_eq`, `test_close`,
-# `test_fail` from `fastcore.test`, imported in a hidden cell below with numpy as `np` and matplotlib as `plt`.
+# model, shape by shape, which this lesson's appendix measures. The check cells use `test_eq`, `test_ne`,
+# `test_close`, `test_fail` from `fastcore.test`, imported in a hidden cell below with numpy as `np` and matplotlib as `plt`.
 #
 # **What you will build** (the module `nanot5_edu.model`, which also re-exports every name of
 # `nanot5_edu.layers`): the blocks and `Stack` with `additive_mask`, `init_weights` with the LM-head fix, and `T5`
@@ -228,9 +228,10 @@ fig.colorbar(im, ax=axs, shrink=0.8, label="additive bias (black: masked)"); plt
 # %% [markdown]
 # ## Initialization, and the LM-head fix
 #
-# T5 folds the attention scaling into the init: `q` gets std `(d_model·d_kv)^-½`, `k`, `v` and
+# T5 folds the attention scaling into the init: `q` gets std `(d_model·d_kv)^-½` (the `d_model^-½` of `k`, times
+# the `1/√d_kv` that attention leaves out), `k`, `v` and
 # `wi_*` std `d_model^-½`, `o` std `(num_heads·d_kv)^-½` (its input width; equal to `d_model` in Base), `wo` std
-# `d_ff^-½`, norms 1, embeddings 1 (HF's choice). HF (and so nanoT5) also give the
+# `d_ff^-½`, the position-bias table `d_model^-½`, norms 1, embeddings 1 (HF's choice). HF (and so nanoT5) also give the
 # **untied LM head std 1**, so the initial logits have std ≈ √d_model and the first loss is ~10× ln V for
 # Base, ~7× for `tiny` (nanoT5#25; measured at the end of the lesson). Mesh TF used `d_model^-½`. We default to that (`lm_head_init_fix=True`) and keep HF's as an
 # option to reproduce nanoT5.
@@ -378,7 +379,8 @@ class T5(nn.Module):
 
 
 # %% [markdown]
-# Parameter counts of the presets; T5-Base must be exactly nanoT5's 247,577,856:
+# Parameter counts of the presets, built on PyTorch's `meta` device (tensors with shapes and no data: nothing is
+# allocated or initialised, so even Base costs no memory); T5-Base must be exactly nanoT5's 247,577,856:
 
 # %%
 with torch.device("meta"):
@@ -621,7 +623,7 @@ assert all(1 <= measured[n]["fixed, d_model^-½"][1] < 1.1 for n in measured)   
 #   RMSNorm.
 # - A stack computes block 0's position bias once, adds the padding (or causal) mask to it and hands the sum to
 #   every block; cross-attention gets only the encoder's padding mask.
-# - The init sets every std from the layer's fan-in and puts attention's `1/√d_kv` into `q`. HF's std-1 untied LM
+# - The init sets every std from the layer's fan-in (embeddings: 1) and puts attention's `1/√d_kv` into `q`. HF's std-1 untied LM
 #   head starts the loss at ≈ 7× ln V for `tiny` and ≈ 10× for Base; `d_model^-½` starts it just above ln V.
 # - With the same weights and inputs, our whole models give HF's logits and gradients within 1e-4, the state
 #   dicts convert both ways (`from_hf`, `to_hf`, `save_pretrained`), and greedy generation with our KV cache gives
@@ -710,7 +712,8 @@ test_eq((past[0].length, tuple(past[0].self_attn.k.shape), tuple(past[0].cross_a
 # %% [markdown]
 # Now the walk-through from the top of lesson [03](03_t5_layers.ipynb), measured: a T5-Base batch of `B = 4` rows on the `meta`
 # device (tensors with shapes and no data, so nothing is computed), with a forward hook on each module the
-# table names:
+# table names. A hook sees a linear layer's output, so `q` and the cross-attention `k` show up before the split
+# into heads: `[B, len, 768]` is the table's `[B, 12, len, 64]` with the 12 heads of 64 side by side.
 
 # %%
 with torch.device("meta"):

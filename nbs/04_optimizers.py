@@ -106,11 +106,11 @@ for n in moved: test_close(moved[n] * rms_of(before[n]) / 1e-3, 1.0, eps=1e-4)  
 #
 # One step at init says little about training, where m̂/√v̂ shrinks as the gradients turn noisy. So we train a
 # small T5 — `tiny` cut to 1 encoder + 1 decoder layer, on the embedded corpus (State of the Union speeches), batch
-# 16, inputs of 128 tokens, cosine schedule with warmup over the first 15% of steps, gradient clipping at 1.0,
-# 200 steps, seed 0 — and record `|Δθ| / (lr·|θ|)` for every tensor at every step (lr: that step's scheduled lr):
-# 1 means the tensor moved by lr of its own size. Plain AdamW ran at lr 1e-3, the best of a 3-point sweep; the runs
-# were made, and saved, by a slow cell of [05c](05c_optimizer_grid.ipynb) with its training loop. Here we read the
-# saved numbers:
+# 16, inputs of 128 tokens, cosine schedule (built at the end of this lesson: its warmup, over the first 15% of
+# steps, starts at half the peak lr), gradient clipping at 1.0, 200 steps, seed 0 — and record `|Δθ| / (lr·|θ|)` for
+# every tensor at every step (lr: that step's scheduled lr): 1 means the tensor moved by lr of its own size. Plain
+# AdamW ran at lr 1e-3, the best of the 3 rates (1e-3, 3e-3, 1e-2) that lesson [05c](05c_optimizer_grid.ipynb) tries;
+# the runs were made, and saved, by a slow cell of 05c with its training loop. Here we read the saved numbers:
 
 # %%
 #| hide
@@ -158,7 +158,8 @@ test_eq(late["adamw"].max() / late["adamw"].min() > 50, True)
 # RMS of 0.011 in this model), the other matrices and the bias tables by 13–32 × lr, the norms by 1 × lr and the
 # embedding by 0.3 × lr (only the rows of tokens in the batch get a gradient). Training does not close the gap:
 # over the last 50 steps the tensors span 0.18–16.9 × lr, a factor of 96. One learning rate cannot suit both ends:
-# at lr 1e-3, `q` moved by 9% of itself in the first step, the norms by 0.1%.
+# at the first step's lr, 5e-4 (half the peak 1e-3, the warmup's start), `q` moved by 4.5% of itself, the norms by
+# 0.05%.
 
 # %% [markdown]
 # ## The fix: scale each tensor's step by its RMS
@@ -291,7 +292,7 @@ test_eq(all(math.isclose(eff[n], 2e-2 * max(1e-3, rms_of(p)), rel_tol=1e-6) for 
 
 # %% [markdown]
 # **Does it equalise the fractions?** The same training run with AdamWScale and with Adafactor, at lr 4e-2 (plain
-# AdamW at 4e-2 trains far worse, [05c](05c_optimizer_grid.ipynb)):
+# AdamW at 4e-2 trains far worse, [05c](05c_optimizer_grid.ipynb)), beside plain AdamW's run at 1e-3 again:
 
 # %%
 rel, late = show_updates(["adamw", "adamwscale", "adafactor"])

@@ -157,7 +157,7 @@ for optimizer, lr in (("adamw", 1e-3), ("adamwscale", RECIPE["lr"]), ("adafactor
     print(f"{optimizer:10} lr {lr:g}: {UPDATE_STEPS} steps in {time.time() - t0:.0f} s", flush=True)
 UPDATES.parent.mkdir(exist_ok=True)
 UPDATES.write_text(json.dumps({"steps": UPDATE_STEPS, "schedule": "cosine", "seed": 0, "minutes": (time.time() - t_start) / 60,
-                               "tensors": [n for n, _ in T5(RECIPE["model"]).named_parameters()], "runs": runs}))
+                               "tensors": [n for n, _ in T5(RECIPE["model"]).named_parameters()], "runs": runs}));
 
 # %% [markdown]
 # Then the grid: nanoT5's 2 × 2, plain AdamW at 4e-2 and its own learning-rate sweep, and two attempts to reproduce
@@ -255,8 +255,10 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 # %% [markdown]
 # **What the saved results show** (300 steps per run, 3 seeds):
 #
-# - **No run has started to fill spans**: the mean `span_gain` is at most 0.004 nats (single runs at most 0.007),
-#   within the range of the untrained models at step 0 (−0.013 to 0.001): noise. Adafactor's runs have begun to use
+# - **No run fills spans yet, beyond a trace**: the mean `span_gain` is at most 0.004 nats (single runs at most
+#   0.007). That is above the untrained models at step 0 (−0.001 to 0.001 for the grid's three inits; −0.013 for HF's
+#   std-1 head, whose step-0 loss is 61.6), and all six Adafactor runs are positive, but it is a few thousandths of a
+#   nat, a tenth of Adafactor's `document_gain`. Adafactor's runs have begun to use
 #   *which speech* a row is from (`document_gain` 0.034–0.042; AdamWScale 0.007–0.009, its seeds 0.001–0.018;
 #   plain AdamW ≤ 0.002). The table ranks how fast each optimizer learns a model of the *targets*; it cannot test
 #   nanoT5's claim, about the end of runs ≈ 4.4 × 10⁵ times bigger.
@@ -282,7 +284,7 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 #   shape; T5's legacy schedule would be flat.
 # - At 300 CPU steps Adafactor led AdamWScale under both schedules at one lr tuned for neither, both led plain AdamW at
 #   its best of three rates, and plain AdamW did not diverge, even without clipping and with HF's std-1 LM head.
-# - No run learned to fill spans (`span_gain` ≤ 0.004 nats, within the untrained models' range): the held-out loss
+# - No run learned to fill spans (`span_gain` ≤ 0.004 nats: a trace at most, a tenth of Adafactor's `document_gain`): the held-out loss
 #   ranks how fast each optimizer learns the targets' distribution, not what nanoT5 ranked.
 # - Counting FLOPs (≈ 6 per parameter per token) puts one nanoT5 run at ≈ 4.4 × 10⁵ of these: a result at this scale
 #   cannot confirm or refute one at that scale.

@@ -140,7 +140,7 @@ print(format_prompt(task, task["Instances"][0]["input"]))
 #
 # `load_sni(data_dir, split)` gives one row per instance: its prompt (`source`), references, and per task the
 # **majority** answer (most frequent reference among instances *not* evaluated) and the **options** (its distinct
-# answers, if at most `MAX_OPTIONS`). Splits: `train` (a seeded sample of the training tasks' instances); `seen`
+# answers, if at most `MAX_OPTIONS` = 10). Splits: `train` (a seeded sample of the training tasks' instances); `seen`
 # (**new instances of the training tasks**: every 10th is held out, never drawn for `train`), where a small model can
 # show what it learned; `unseen` (the test tasks' first instances, SNI's official score). Details in the appendix.
 
@@ -496,7 +496,8 @@ test_eq(all(p["ranked"] in ("No", "Yes", "no", "yes") for p in scores["predictio
 # `sni` preset is nanoT5's: AdamW at 5e-5, constant schedule, batch 8, fp32, **dropout 0**.
 # `make_finetune_config(checkpoint, overrides)` layers the preset, the checkpoint's architecture and your overrides;
 # `finetune(cfg)` loads every weight of the checkpoint, trains, and scores the `seen` and/or `unseen` sets
-# (`sni.eval_on`). `sni.random_init=true` keeps the architecture and tokenizer with random weights: the control start.
+# (`sni.eval_on`). `sni.random_init=true` keeps the architecture and tokenizer with random weights: the start that 09b's
+# experiment compares the pre-trained one against.
 
 # %%
 #| export
@@ -715,7 +716,7 @@ if one:
 # - A falling fine-tuning loss can mean the model learned each task's answer *distribution*, not to read its input;
 #   greedy decoding then writes one constant per task.
 # - Fine-tuning is the pre-training loop (`fit`) on (prompt, reference) pairs: a preset (AdamW 5e-5, constant schedule,
-#   dropout 0) and every weight loaded from the checkpoint, or a random init of the same architecture as the control.
+#   dropout 0) and every weight loaded from the checkpoint (or, for 09b's comparison, a random init of the same architecture).
 #
 # ## Questions
 #
@@ -746,7 +747,8 @@ if one:
 #    `sni.instances_per_task=500` and `train.total_steps=600` (E2E NLG then has 500 training instances; COPA has
 #    only 447 and the BIG-Bench-Hard tasks 225, once the `seen` instances are held out). Look for the number of distinct
 #    E2E outputs, and how many name their input's restaurant (`name_copy_share`, appendix) against a constant's share.
-# 3. **Sampling** (a minute after a run): load a fine-tuned run's `hf/` with `load_model` and generate its E2E outputs
+# 3. **Sampling** (a minute after a run): load a fine-tuned run's `hf/` (Try it 2's: 09b's experiment deletes its runs'
+#    weights) with `load_model` and generate its E2E outputs
 #    with `model.generate(..., top_k=50)`. Look for whether they vary *with the input* (the name-copy share) or only
 #    by chance.
 #

@@ -17,19 +17,22 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # small or too little pre-trained to read its input, or the pipeline is broken. This lesson first tells them apart,
 # then asks what nanoT5 asks of pre-training, **what does it buy downstream?**, at CPU scale:
 #
-# - **positive controls**: (a) memorisation, where a correct pipeline must succeed, and (b) a score no constant answer
-#   can pass, the share of E2E NLG generations that name the input's restaurant;
-# - **fine-tuning from checkpoints of one pre-training run** (steps 0, 500, 1,500 and 3,000), each read against what
-#   pre-training measured at that step: `span_gain` and `document_gain`;
+# - **positive controls**: (a) memorisation, where a correct pipeline must succeed, and (b) input dependence, the share
+#   of E2E NLG generations that name the input's restaurant, where a constant answer cannot beat the most frequent
+#   restaurant's share;
+# - **(c) fine-tuning from checkpoints of one pre-training run** (steps 0, 500, 1,500 and 3,000), each read against
+#   what pre-training measured at that step: `span_gain` and `document_gain`;
 # - **the experiment**: the demo model against the same architecture and tokenizer from a random init, with 10, 30 and
 #   100 training instances per task, 3 seeds each.
 #
-# It builds no new machinery, only the experiment's runner and its tables. From [09](09_finetuning.ipynb)
-# (`nanot5_edu.finetune`) it uses `finetune`, `make_finetune_config`, `checkpoint_model_config`, `load_sni`, the
-# metrics with their baselines and the E2E name-copy share (`e2e_name`, `name_copy_share`, in 09's appendix); from
-# [05](05_pretraining.ipynb), the gains and the demo's checkpoint (`../runs/cpu-demo-notebook`, which 05's slow cell
-# writes and this lesson's slow cells fine-tune). The controls and both measurements are saved in `nbs/results/` and
-# found by `results_file` wherever the notebook runs: reading needs no run.
+# It builds no new machinery, only the experiment's runner and the tables and plots of the saved results. From
+# [09](09_finetuning.ipynb) (`nanot5_edu.finetune`) it uses `finetune`, `make_finetune_config`,
+# `checkpoint_model_config`, `load_sni`, the metrics with their baselines and the E2E name-copy share (`e2e_name`,
+# `name_copy_share`, in 09's appendix); from [05](05_pretraining.ipynb), the gains and the demo's checkpoint
+# (`../runs/cpu-demo-notebook`, which 05's slow cell writes and the experiment's slow cells fine-tune). Parts
+# (a), (b) and (c) come from `experiments/finetune_controls.py` (in a clone of the repository), run on another
+# pre-training run of the demo preset that kept every checkpoint. All of it is saved in `nbs/results/` and found by
+# `results_file` wherever the notebook runs: reading needs no run.
 
 # %%
 import json, shutil, time
@@ -58,7 +61,8 @@ transformers.utils.logging.set_verbosity_error(); transformers.utils.logging.dis
 # A positive control is a setting where a correct pipeline *must* succeed. `experiments/finetune_controls.py` runs two
 # with 09's functions and saves `results/finetune_controls.json`:
 #
-# - **(a) memorisation**: the demo model fine-tuned on 5 instances of each training task (30; AdamW 1e-3, batch 8, 400
+# - **(a) memorisation**: the demo model (the final, step-3,000 checkpoint of `runs/cpu-demo-keep`, the demo-preset
+#   run that kept every checkpoint) fine-tuned on 5 instances of each training task (30; AdamW 1e-3, batch 8, 400
 #   steps), scored on *those same instances* every 25 steps. Nothing has to generalise;
 # - **(b) input dependence**: on E2E NLG, the share of generations that contain the input's `name[...]` value.
 #
@@ -449,8 +453,8 @@ assert 1e4 < ratio < 1e5
 # ## What you learned
 #
 # - Positive controls tell "too small" from "broken": the pipeline memorises 30 training instances (a setting where it
-#   must succeed), and the name-copy share, which no constant answer can pass, shows that the small models do not read
-#   their input.
+#   must succeed), and the name-copy share, on which no constant answer beats the most frequent restaurant's share,
+#   shows that the small models do not read their input.
 # - What pre-training buys is measured against the same architecture and tokenizer from a random init, at several
 #   fine-tuning sizes, over seeds; a difference counts only beyond the seed spread.
 # - At CPU scale it buys a lower held-out loss on new instances of the seen tasks, most with the least fine-tuning data

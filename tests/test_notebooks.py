@@ -1,5 +1,5 @@
 """Run every notebook in nbs/ the way `nbdev-test` does (honouring tst_flags), one pytest case per notebook.
-The notebooks that read saved results (04, 05b, 07, 09, 09b) run as opened from their Colab badge instead: copied alone into an
+The notebooks that read saved results (those calling `results_file`: 04, 05b, 05c, 07, 09, 09b) run as opened from their Colab badge instead: copied alone into an
 empty folder (no nbs/ beside them, no repository around them) with only the installed package, so `results_file`
 must find the results without nbs/results; a file:// URL to nbs/results stands in for the repository's raw URL
 (tests stay offline). The others read no file of the repository; 00 checks results_file inside nbs/."""
@@ -13,15 +13,15 @@ import nbdev.test as nbtest  # not `from nbdev.test import test_nb`: pytest woul
 cfg = get_config()
 NBS = sorted(p for p in cfg.nbs_path.glob("*.ipynb") if not p.name.startswith(("_", ".")))
 SKIP = cfg.tst_flags.split() if isinstance(cfg.tst_flags, str) else list(cfg.tst_flags)
-READ_RESULTS = {"04_optimizers.ipynb", "05b_what_it_learned.ipynb", "07_config.ipynb", "09_finetuning.ipynb",
-                "09b_what_pretraining_buys.ipynb"}
+# every notebook that calls results_file (but 00, which defines it and checks it inside nbs/)
+READ_RESULTS = {p.name for p in NBS if "results_file(" in p.read_text() and not p.name.startswith("00_")}
 
 
 def test_every_notebook_is_collected():
     names = {p.stem for p in NBS}
     for stem in ("index", "00_data"):
         assert stem in names, f"{stem}.ipynb missing from nbs/"
-    assert READ_RESULTS <= {p.name for p in NBS}
+    assert {"04_optimizers.ipynb", "05c_optimizer_grid.ipynb"} <= READ_RESULTS, "the results readers were not found"
 
 
 @pytest.mark.parametrize("nb", NBS, ids=[p.name for p in NBS])
