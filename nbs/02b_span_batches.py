@@ -61,6 +61,12 @@ from nanot5_edu.tokenizer import train_tokenizer, DEMO_VOCAB_SIZE
 
 random.seed(0); np.random.seed(0); torch.manual_seed(0);
 
+# %%
+#| hide
+# `from nanot5_edu.spans import X` and `import *` keep working for every name of lesson 02 (the _all_ list above)
+import nanot5_edu.noise, nanot5_edu.spans
+test_eq(set(nanot5_edu.noise.__all__) - set(nanot5_edu.spans.__all__), set())
+
 # %% [markdown]
 # The corpus and the 8,000-piece tokenizer with 100 sentinels of lessons 00 and 01, as in lesson 02:
 
