@@ -723,7 +723,7 @@ enc_block, dec_block = base.encoder.block[0], base.decoder.block[0]
 watch = {"2 encoder embedding": base.shared, "4 q (before the head split)": enc_block.layer[0].SelfAttention.q,
          "5 self-attention output": enc_block.layer[0].SelfAttention.o, "6 wi_0": enc_block.layer[1].DenseReluDense.wi_0,
          "6 wo": enc_block.layer[1].DenseReluDense.wo, "7 encoder output": base.encoder.final_layer_norm,
-         "9 cross-attention k": dec_block.layer[1].EncDecAttention.k, "10 decoder output": base.decoder.final_layer_norm,
+         "9 cross-attention k (before the head split)": dec_block.layer[1].EncDecAttention.k, "10 decoder output": base.decoder.final_layer_norm,
          "11 logits": base.lm_head}
 seen, hooks = {}, []
 def record(name):
@@ -741,7 +741,7 @@ for name in sorted(seen, key=lambda n: int(n.split()[0])): print(f"{name:32} {se
 test_eq(seen["2 encoder embedding"], (4, 512, 768)); test_eq(seen["4 q (before the head split)"], (4, 512, 768))
 test_eq(seen["6 wi_0"], (4, 512, 2048)); test_eq(seen["7 encoder output"], (4, 512, 768))
 test_eq(seen["3 encoder position bias"], (1, 12, 512, 512)); test_eq(seen["8 decoder position bias"], (1, 12, 114, 114))
-test_eq(seen["9 cross-attention k"], (4, 512, 768)); test_eq(seen["10 decoder output"], (4, 114, 768))
+test_eq(seen["9 cross-attention k (before the head split)"], (4, 512, 768)); test_eq(seen["10 decoder output"], (4, 114, 768))
 test_eq(seen["11 logits"], (4, 114, 32128)); test_eq(seen["12 loss"], ())
 
 # %% [markdown]
