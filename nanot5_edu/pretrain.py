@@ -14,8 +14,8 @@ from .spans import SpanCorruptionCollator
 from .tokenizer import sentinel_ids
 
 # %% auto #0
-__all__ = ['GAINS', 'TOKEN_KINDS', 'document_partners', 'evaluation_batches', 'evaluate', 'gain_by_token_kind', 'gain_table',
-           'unigram_baselines', 'split_at_sentinels', 'generate_spans', 'fill_in']
+__all__ = ['GAINS', 'TOKEN_KINDS', 'document_partners', 'evaluation_batches', 'evaluate', 'unigram_baselines',
+           'split_at_sentinels', 'generate_spans', 'fill_in', 'gain_by_token_kind', 'gain_table']
 
 # %% ../nbs/05_pretraining.ipynb #3f43fe51
 def document_partners(documents: torch.Tensor, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,51 +147,6 @@ def evaluate(model, batches, autocast, reduce=None, num_documents: int | None = 
     return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count, **_gains(per_doc, resamples),
             "eval_documents": int((per_doc[:, 5] > 0).sum()), "eval_gain_rows": int(per_doc[:, 4].sum())}
 
-
-TOKEN_KINDS = ("all", "sentinels + EOS", "span tokens also in the input", "other span tokens")
-
-
-@torch.no_grad()
-def gain_by_token_kind(model, tokenizer, batches, autocast) -> dict[str, dict]:
-    """The three losses and gains of `evaluate`'s gain rows, split by the kind of target token: sentinels and EOS,
-    span tokens that also occur in the row's own input, and the other span tokens (one process)"""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    special = torch.tensor([*sentinel_ids(tokenizer), tokenizer.eos_token_id], device=device)
-    sums = torch.zeros(len(TOKEN_KINDS), 4, dtype=torch.float64)
-    for b in batches:
-        b = {k: v.to(device) for k, v in b.items()}
-        _, _, gain = _three_losses(model, b, autocast)
-        if gain is None:
-            continue
-        rows, a, same, other = gain
-        labels, inputs = b["labels"][rows], b["input_ids"][rows]
-        keep = labels != -100
-        is_special = torch.isin(labels, special)
-        in_input = (labels[:, :, None] == inputs[:, None, :]).any(-1) & ~is_special
-        for i, kind in enumerate((keep, keep & is_special, keep & in_input, keep & ~is_special & ~in_input)):
-            sums[i] += torch.stack([a[kind].sum(), same[kind].sum(), other[kind].sum(), kind.sum().double()]).cpu()
-    model.train(was_training)
-    table = {}
-    for kind, (a, b, c, n) in zip(TOKEN_KINDS, sums.tolist()):
-        m = max(n, 1)  # a kind with no tokens: share 0, losses 0
-        table[kind] = {"share": n / max(sums[0, 3].item(), 1), "eval_loss_own": a / m, "eval_loss_same_document": b / m,
-                       "eval_loss_other_document": c / m, "span_gain": (b - a) / m, "document_gain": (c - b) / m,
-                       "encoder_gain": (c - a) / m}
-    return table
-
-
-def gain_table(table: dict[str, dict]) -> str:
-    "`gain_by_token_kind`'s result as a markdown table"
-    lines = ["| target tokens | share | loss (a) own | (b) same document | (c) other document | span gain | "
-             "document gain | encoder gain |", "|---|---|---|---|---|---|---|---|"]
-    for kind, r in table.items():
-        lines.append(f"| {kind} | {r['share']:.1%} | {r['eval_loss_own']:.3f} | {r['eval_loss_same_document']:.3f} | "
-                     f"{r['eval_loss_other_document']:.3f} | {r['span_gain']:.3f} | {r['document_gain']:.3f} | "
-                     f"{r['encoder_gain']:.3f} |")
-    return "\n".join(lines)
-
 # %% ../nbs/05_pretraining.ipynb #78e1a58a
 def unigram_baselines(train_labels: torch.Tensor, valid_labels: torch.Tensor, vocab_size: int,
                       prior_weight: float = 5000.0) -> dict[str, float]:
@@ -253,3 +208,48 @@ def fill_in(model, tokenizer, text: str, max_input_length: int = 512, max_new_to
                          "shorten it, or pass max_input_length= if the model was trained on longer inputs.")
     spans = generate_spans(model, tokenizer, ids, max_new_tokens, top_k, seed)
     return _MARKER.sub(lambda m: spans.get(int(m.group(1)), ""), text)
+
+# %% ../nbs/05_pretraining.ipynb #4f96846b
+TOKEN_KINDS = ("all", "sentinels + EOS", "span tokens also in the input", "other span tokens")
+
+
+@torch.no_grad()
+def gain_by_token_kind(model, tokenizer, batches, autocast) -> dict[str, dict]:
+    """The three losses and gains of `evaluate`'s gain rows, split by the kind of target token: sentinels and EOS,
+    span tokens that also occur in the row's own input, and the other span tokens (one process)"""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    special = torch.tensor([*sentinel_ids(tokenizer), tokenizer.eos_token_id], device=device)
+    sums = torch.zeros(len(TOKEN_KINDS), 4, dtype=torch.float64)
+    for b in batches:
+        b = {k: v.to(device) for k, v in b.items()}
+        _, _, gain = _three_losses(model, b, autocast)
+        if gain is None:
+            continue
+        rows, a, same, other = gain
+        labels, inputs = b["labels"][rows], b["input_ids"][rows]
+        keep = labels != -100
+        is_special = torch.isin(labels, special)
+        in_input = (labels[:, :, None] == inputs[:, None, :]).any(-1) & ~is_special
+        for i, kind in enumerate((keep, keep & is_special, keep & in_input, keep & ~is_special & ~in_input)):
+            sums[i] += torch.stack([a[kind].sum(), same[kind].sum(), other[kind].sum(), kind.sum().double()]).cpu()
+    model.train(was_training)
+    table = {}
+    for kind, (a, b, c, n) in zip(TOKEN_KINDS, sums.tolist()):
+        m = max(n, 1)  # a kind with no tokens: share 0, losses 0
+        table[kind] = {"share": n / max(sums[0, 3].item(), 1), "eval_loss_own": a / m, "eval_loss_same_document": b / m,
+                       "eval_loss_other_document": c / m, "span_gain": (b - a) / m, "document_gain": (c - b) / m,
+                       "encoder_gain": (c - a) / m}
+    return table
+
+
+def gain_table(table: dict[str, dict]) -> str:
+    "`gain_by_token_kind`'s result as a markdown table"
+    lines = ["| target tokens | share | loss (a) own | (b) same document | (c) other document | span gain | "
+             "document gain | encoder gain |", "|---|---|---|---|---|---|---|---|"]
+    for kind, r in table.items():
+        lines.append(f"| {kind} | {r['share']:.1%} | {r['eval_loss_own']:.3f} | {r['eval_loss_same_document']:.3f} | "
+                     f"{r['eval_loss_other_document']:.3f} | {r['span_gain']:.3f} | {r['document_gain']:.3f} | "
+                     f"{r['encoder_gain']:.3f} |")
+    return "\n".join(lines)

@@ -344,57 +344,9 @@ def evaluate(model, batches, autocast, reduce=None, num_documents: int | None = 
             "eval_documents": int((per_doc[:, 5] > 0).sum()), "eval_gain_rows": int(per_doc[:, 4].sum())}
 
 
-TOKEN_KINDS = ("all", "sentinels + EOS", "span tokens also in the input", "other span tokens")
-
-
-@torch.no_grad()
-def gain_by_token_kind(model, tokenizer, batches, autocast) -> dict[str, dict]:
-    """The three losses and gains of `evaluate`'s gain rows, split by the kind of target token: sentinels and EOS,
-    span tokens that also occur in the row's own input, and the other span tokens (one process)"""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    special = torch.tensor([*sentinel_ids(tokenizer), tokenizer.eos_token_id], device=device)
-    sums = torch.zeros(len(TOKEN_KINDS), 4, dtype=torch.float64)
-    for b in batches:
-        b = {k: v.to(device) for k, v in b.items()}
-        _, _, gain = _three_losses(model, b, autocast)
-        if gain is None:
-            continue
-        rows, a, same, other = gain
-        labels, inputs = b["labels"][rows], b["input_ids"][rows]
-        keep = labels != -100
-        is_special = torch.isin(labels, special)
-        in_input = (labels[:, :, None] == inputs[:, None, :]).any(-1) & ~is_special
-        for i, kind in enumerate((keep, keep & is_special, keep & in_input, keep & ~is_special & ~in_input)):
-            sums[i] += torch.stack([a[kind].sum(), same[kind].sum(), other[kind].sum(), kind.sum().double()]).cpu()
-    model.train(was_training)
-    table = {}
-    for kind, (a, b, c, n) in zip(TOKEN_KINDS, sums.tolist()):
-        m = max(n, 1)  # a kind with no tokens: share 0, losses 0
-        table[kind] = {"share": n / max(sums[0, 3].item(), 1), "eval_loss_own": a / m, "eval_loss_same_document": b / m,
-                       "eval_loss_other_document": c / m, "span_gain": (b - a) / m, "document_gain": (c - b) / m,
-                       "encoder_gain": (c - a) / m}
-    return table
-
-
-def gain_table(table: dict[str, dict]) -> str:
-    "`gain_by_token_kind`'s result as a markdown table"
-    lines = ["| target tokens | share | loss (a) own | (b) same document | (c) other document | span gain | "
-             "document gain | encoder gain |", "|---|---|---|---|---|---|---|---|"]
-    for kind, r in table.items():
-        lines.append(f"| {kind} | {r['share']:.1%} | {r['eval_loss_own']:.3f} | {r['eval_loss_same_document']:.3f} | "
-                     f"{r['eval_loss_other_document']:.3f} | {r['span_gain']:.3f} | {r['document_gain']:.3f} | "
-                     f"{r['encoder_gain']:.3f} |")
-    return "\n".join(lines)
-
-
 # %% [markdown]
 # A check by hand on a small untrained model and the batches above: (b) is the plain loss of the gain rows'
-# labels decoded from their same-document partners' inputs, the gains add up, and the split by token kind
-# (`gain_by_token_kind`: the same three losses over sentinels and EOS, span tokens that also stand in the row's
-# input, and the other span tokens; lesson [05b](05b_what_it_learned.ipynb) reads it on the demo) adds back up to
-# the whole:
+# labels decoded from their same-document partners' inputs, and the gains add up:
 
 # %%
 torch.manual_seed(0)
@@ -407,8 +359,6 @@ by_hand = [check_model(b["same_document_input_ids"][r], labels=b["labels"][r]) f
 tokens = [(b["labels"][r] != -100).sum() for b, r in pairs]
 test_close(ev["eval_loss_same_document"], sum(o.loss.item() * n for o, n in zip(by_hand, tokens)) / sum(tokens), eps=1e-5)
 test_close(ev["encoder_gain"], ev["span_gain"] + ev["document_gain"], eps=1e-12)
-kinds = gain_by_token_kind(check_model, tokenizer, check_batches[:2], no_autocast)
-test_close(sum(kinds[k]["share"] * kinds[k]["span_gain"] for k in TOKEN_KINDS[1:]), ev["span_gain"], eps=1e-9)
 print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in ev.items() if not k.endswith("ci95")})
 
 
@@ -627,6 +577,68 @@ Image(filename=demo["loss_plot"])
 #
 # Next: lesson [05b](05b_what_it_learned.ipynb) reads what the demo model writes in the blanks, and asks when span
 # filling emerges.
+
+# %% [markdown]
+# ## Appendix: the gains by kind of target token
+#
+# Lesson [05b](05b_what_it_learned.ipynb) asks *where* the demo's gain comes from. `gain_by_token_kind` computes
+# `evaluate`'s three losses over the gain rows again, split by the kind of target token: sentinels and EOS (the
+# target's structure), span tokens that also stand somewhere in the row's own input, and the other span tokens;
+# `gain_table` prints the result. The split adds back up to the whole: the share-weighted gains of the three kinds
+# equal `evaluate`'s, on the check model above (untrained, two batches: its gains of ±0.01–0.02 are noise; 05b reads
+# the table on the demo model).
+
+# %%
+#| export
+TOKEN_KINDS = ("all", "sentinels + EOS", "span tokens also in the input", "other span tokens")
+
+
+@torch.no_grad()
+def gain_by_token_kind(model, tokenizer, batches, autocast) -> dict[str, dict]:
+    """The three losses and gains of `evaluate`'s gain rows, split by the kind of target token: sentinels and EOS,
+    span tokens that also occur in the row's own input, and the other span tokens (one process)"""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    special = torch.tensor([*sentinel_ids(tokenizer), tokenizer.eos_token_id], device=device)
+    sums = torch.zeros(len(TOKEN_KINDS), 4, dtype=torch.float64)
+    for b in batches:
+        b = {k: v.to(device) for k, v in b.items()}
+        _, _, gain = _three_losses(model, b, autocast)
+        if gain is None:
+            continue
+        rows, a, same, other = gain
+        labels, inputs = b["labels"][rows], b["input_ids"][rows]
+        keep = labels != -100
+        is_special = torch.isin(labels, special)
+        in_input = (labels[:, :, None] == inputs[:, None, :]).any(-1) & ~is_special
+        for i, kind in enumerate((keep, keep & is_special, keep & in_input, keep & ~is_special & ~in_input)):
+            sums[i] += torch.stack([a[kind].sum(), same[kind].sum(), other[kind].sum(), kind.sum().double()]).cpu()
+    model.train(was_training)
+    table = {}
+    for kind, (a, b, c, n) in zip(TOKEN_KINDS, sums.tolist()):
+        m = max(n, 1)  # a kind with no tokens: share 0, losses 0
+        table[kind] = {"share": n / max(sums[0, 3].item(), 1), "eval_loss_own": a / m, "eval_loss_same_document": b / m,
+                       "eval_loss_other_document": c / m, "span_gain": (b - a) / m, "document_gain": (c - b) / m,
+                       "encoder_gain": (c - a) / m}
+    return table
+
+
+def gain_table(table: dict[str, dict]) -> str:
+    "`gain_by_token_kind`'s result as a markdown table"
+    lines = ["| target tokens | share | loss (a) own | (b) same document | (c) other document | span gain | "
+             "document gain | encoder gain |", "|---|---|---|---|---|---|---|---|"]
+    for kind, r in table.items():
+        lines.append(f"| {kind} | {r['share']:.1%} | {r['eval_loss_own']:.3f} | {r['eval_loss_same_document']:.3f} | "
+                     f"{r['eval_loss_other_document']:.3f} | {r['span_gain']:.3f} | {r['document_gain']:.3f} | "
+                     f"{r['encoder_gain']:.3f} |")
+    return "\n".join(lines)
+
+
+# %%
+kinds = gain_by_token_kind(check_model, tokenizer, check_batches[:2], no_autocast)
+test_close(sum(kinds[k]["share"] * kinds[k]["span_gain"] for k in TOKEN_KINDS[1:]), ev["span_gain"], eps=1e-9)
+print(gain_table(kinds))
 
 # %%
 #| hide
