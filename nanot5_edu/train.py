@@ -31,9 +31,8 @@ from .stream import *
 from .config import *
 from .checkpoint import *
 # 07b's private names too: `fit` calls `_any_process` and `_stoppable`, tests patch `nanot5_edu.train._Hashing`
-# 06's and 07's appendix machinery that `train` and `fit` call
-from .stream import _write_process_manifest
-from .config import _explain_oom
+from .stream import _write_process_manifest  # 06's appendix: which rows each process read
+from .config import _explain_oom               # 07's appendix: an out-of-memory error that names the fix
 from .checkpoint import (_Hashing, _any_process, _check_same_setup, _cpu_group, _fsync, _os_error,
                                    _rng_state, _set_rng_state, _sha256, _state_bytes, _stoppable, _write_failed,
                                    _write_file)

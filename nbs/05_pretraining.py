@@ -107,7 +107,7 @@ assert np.mean(losses[-10:]) < losses[0] - 2                        # it learns:
 # float with fp32's exponent range and 8 significant bits, 7 of them stored): half the memory traffic, and on a GPU its tensor
 # cores. The weights, their gradients and the optimizer state stay fp32 (the "master weights"), so updates far
 # smaller than a weight are not rounded away, and because bf16 has fp32's range no loss scaling is needed (fp16
-# would need it: the appendix of [07](07_config.ipynb)). The loss moves by about bf16's precision, no more:
+# would need it: lesson [07](07_config.ipynb)'s appendix on fp16). The loss moves by about bf16's precision, no more:
 
 # %%
 batch = collate(rows[:16])
@@ -193,7 +193,8 @@ for a, b in zip(whole, accumulated):
 # of the targets: their place is fixed by the masks, so no input helps predict them). An untrained model shows
 # what noise alone gives: about a hundredth of a nat on 128 rows (the check below), less on more rows, and the
 # intervals say how far a number is from zero. Half a nat per token
-# would mean the input makes every target token ~1.6× likelier on average.
+# would mean the input makes every target token ~1.6× likelier on average. (To see the gains split by kind of
+# target token, sentinels and EOS apart from span tokens, use `gain_by_token_kind` in the appendix at the end.)
 
 # %%
 #| export
@@ -466,7 +467,7 @@ test_fail(lambda: fill_in(stub, fill_tok, "word " * 200 + "<extra_id_0>", max_in
 # ## The CPU demo
 #
 # The README's main command, `nanot5-edu pretrain`, runs exactly this: the `cpu-demo` preset, which is the best recipe
-# of an earlier sweep of 15 short runs (lesson [07](07_config.ipynb)'s appendix shows it; the script:
+# of an earlier sweep of 15 short runs (lesson [07](07_config.ipynb)'s appendix on how the `cpu-demo` preset was chosen shows it; the script:
 # [experiments/demo_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/demo_sweep.py)). The
 # `tiny` model is cut to **1 encoder + 1 decoder layer** (d_model 256, 8 heads, gated-GELU 1024, vocabulary 8,192: 6.6M
 # parameters, two thirds of them the embedding and the LM head). Each row is 141 raw tokens, corrupted into 128 encoder

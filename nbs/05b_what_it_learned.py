@@ -115,7 +115,7 @@ for i in range(len(b["input_ids"])):
 # answer a little, without changing the guess.
 
 # %% [markdown]
-# **Where the gain comes from, by kind of target token.** `gain_by_token_kind` splits the three losses over the
+# **Where the gain comes from, by kind of target token.** `gain_by_token_kind` (05's appendix) splits the three losses over the
 # run's own evaluation rows into sentinels and EOS (their place is fixed by the masks: no input helps), span
 # tokens that also occur elsewhere in the row's input (a model could copy them), and the other span tokens. The
 # "all" row is the run's final evaluation again (the same rows and masks, from the exported weights):

@@ -479,10 +479,16 @@ positions(saved["loader"]["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset
 # %% [markdown]
 # ## Appendix: which rows did each process train on?
 #
-# The multi-process tests of lesson 08 check that two processes read disjoint rows and end with the same weights.
-# `train` wraps its stream in `FirstBatchHash` (every batch passes through; the sha256 of the first batch's
-# `input_ids` is kept) and, after `fit`, each process writes `processes/rank_R.json` with that hash and a hash of its
-# final weights.
+# Lesson 08 trains in several processes (DDP), each with its own `rank` of the `BatchStream` above. Two things must
+# then hold, and a run can show them afterwards: the processes read *different* rows (the rank split above), and they
+# end with the *same* weights (DDP averages their gradients). Lesson 08's `train` (imported from `nanot5_edu.train`,
+# as in lesson 05) wraps its stream in `FirstBatchHash`: every batch passes through unchanged, and the sha256 of the
+# first batch's `input_ids` is kept. After training, each process writes `processes/rank_R.json` with that hash and a
+# hash of its final weights. Different first-batch hashes show the processes did not read the same rows (a spot
+# check on the first batch, not a proof for every batch); equal weight hashes show the copies stayed in sync. The
+# package's two-process test ([tests/cli_runs.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/tests/cli_runs.py))
+# asserts both, and lesson 08's "Two processes on a CPU" exercise has you compare the two files. The code is hidden
+# here (it has no output of its own); it lives in `nanot5_edu.stream`.
 
 # %%
 #| export

@@ -533,7 +533,7 @@ test_close(base_total / 2**30, 57, eps=1); test_close(base4_total / 2**30, 17, e
 # four `d_ff`-wide tensors, 16-bit already, stay the largest part. So this course offers `optim.grad_acc`, not a
 # 16-bit residual (which would change the model's numerics and its match with HF's T5), as the way to fit a smaller
 # card. These are estimates: no GPU has measured them yet; `benchmarks/gpu_check.sh` does. A run that still runs out of memory stops with a `TrainingError` that names the micro-batch, this
-# estimate and the `optim.grad_acc` that fits.
+# estimate and the `optim.grad_acc` that fits (the appendix at the end of this lesson).
 
 # %% [markdown]
 # Every preset at once: the memory of one step on a GPU (`estimate_memory`) and the time of the run (`estimate_time`)
@@ -746,8 +746,11 @@ assert all(math.isfinite(l) for r in fp16_runs.values() for l in r["losses"])
 #
 # On a GPU, a micro-batch too big for the device stops the run with `torch.OutOfMemoryError` and a number of bytes.
 # Lesson 08's `fit` runs each step inside `_explain_oom`, which re-raises it as a `TrainingError` that says what
-# was tried (micro-batch, input length, precision), what `estimate_memory` predicted, and the smallest
-# `optim.grad_acc` whose micro-batch the estimate puts under 90% of the device: the same optimizer step, in more pieces.
+# was tried (micro-batch, input length, precision), what `estimate_memory` predicted, and a new `optim.grad_acc`:
+# the current one times the smallest factor (2, 4, … 64) whose smaller micro-batch the estimate puts under 90% of the
+# device's memory. The same optimizer step, in more pieces (gradient accumulation, lesson
+# [05](05_pretraining.ipynb)). The code is hidden here (it needs a GPU to show anything); it lives in
+# `nanot5_edu.config`.
 
 # %%
 #| export

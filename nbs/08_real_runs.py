@@ -52,9 +52,8 @@ from nanot5_edu.stream import *
 from nanot5_edu.config import *
 from nanot5_edu.checkpoint import *
 # 07b's private names too: `fit` calls `_any_process` and `_stoppable`, tests patch `nanot5_edu.train._Hashing`
-# 06's and 07's appendix machinery that `train` and `fit` call
-from nanot5_edu.stream import _write_process_manifest
-from nanot5_edu.config import _explain_oom
+from nanot5_edu.stream import _write_process_manifest  # 06's appendix: which rows each process read
+from nanot5_edu.config import _explain_oom               # 07's appendix: an out-of-memory error that names the fix
 from nanot5_edu.checkpoint import (_Hashing, _any_process, _check_same_setup, _cpu_group, _fsync, _os_error,
                                    _rng_state, _set_rng_state, _sha256, _state_bytes, _stoppable, _write_failed,
                                    _write_file)
@@ -328,8 +327,9 @@ def _stop_on_nan(window_loss: list[torch.Tensor], checked: int, step: int, grad_
 
 
 # %% [markdown]
-# **Out of memory.** An out-of-memory error is re-raised with the micro-batch, the memory estimate of
-# [07](07_config.ipynb) and the `optim.grad_acc` that fits (`_explain_oom`, in 07's appendix).
+# **Out of memory.** `fit` runs each step inside `with _explain_oom(cfg, accelerator, batch)`: a CUDA out-of-memory
+# error comes back as a `TrainingError` that names the micro-batch, the memory estimate of [07](07_config.ipynb) and
+# the `optim.grad_acc` that fits (built in 07's "Appendix: an out-of-memory error that names the fix").
 
 # %% [markdown]
 # **`fit`.** The bare loop's lines are all here, in the `while` loop: a micro-batch (`next(stream)`), forward under
@@ -460,10 +460,11 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
 
 
 # %% [markdown]
-# The multi-process tests need to know which rows each process trained on and whether all processes end with the
-# same weights. That instrumentation stays out of `fit`: `train` wraps the batch stream in `FirstBatchHash`,
-# which passes every batch through and remembers a hash of the first, and writes a manifest per process after
-# `fit` (both in [06](06_streams.ipynb)'s appendix).
+# With several processes, two things should be checkable after a run: that the processes read different rows, and
+# that they all end with the same weights. That instrumentation stays out of `fit`: `train` wraps the batch stream in
+# `FirstBatchHash`, which passes every batch through and remembers a hash of the first, and after `fit` each process
+# writes `processes/rank_R.json` with that hash and a hash of its weights (both in [06](06_streams.ipynb)'s "Appendix:
+# which rows did each process train on?"; Try it 3 below compares the two files).
 #
 # The tokenizer comes from `data.tokenizer`, or is trained on the corpus (5 s for the embedded one) and
 # saved in the run directory, so a resumed run and the HF export use the very same vocabulary.
