@@ -776,19 +776,6 @@ def _explain_oom(cfg: Config, accelerator, batch: dict):
             "or lower data.inputs_length.") from e
 
 
-# %%
-#| hide
-# the message names the micro-batch, the estimate and a larger grad_acc (a CPU run: no device size, default factor 2)
-class _Acc: num_processes, device = 1, "cpu"
-_cfg = make_config("cpu-demo")
-msg = None
-try:
-    with _explain_oom(_cfg, _Acc(), {"input_ids": torch.zeros(16, 128), "labels": torch.zeros(16, 30)}):
-        raise torch.OutOfMemoryError("CUDA out of memory")
-except TrainingError as e:
-    msg = str(e)
-assert "micro-batch 16" in msg and f"optim.grad_acc={_cfg.optim.grad_acc * 2}" in msg and "micro-batch 8" in msg, msg
-
 # %% [markdown]
 # ## Appendix: how the `cpu-demo` preset was chosen
 #
