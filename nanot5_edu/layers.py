@@ -182,7 +182,7 @@ class Attention(nn.Module):
             k, v = self.heads(self.k(src)), self.heads(self.v(src))
             if past is not None:  # self-attention while generating: append the new position's k/v
                 k, v = torch.cat([past.k, k], dim=2), torch.cat([past.v, v], dim=2)
-        if bias is not None:
+        if bias is not None and bias.dtype != q.dtype:  # the stack casts it once (03b); a bias made by hand may differ
             bias = bias.to(q.dtype)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0,
                                              dropout_p=self.dropout if self.training else 0.0)
@@ -198,6 +198,13 @@ class GatedFeedForward(nn.Module):
         self.wi_1 = nn.Linear(config.d_model, config.d_ff, bias=False)
         self.wo = nn.Linear(config.d_ff, config.d_model, bias=False)
         self.dropout = dropout(config.dropout_rate)
+        self.wo_in_fp32_under_fp16 = True  # see "fp16 and the feed-forward" below
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.wo(self.dropout(F.gelu(self.wi_0(x), approximate="tanh") * self.wi_1(x)))
+        h = self.dropout(F.gelu(self.wi_0(x), approximate="tanh") * self.wi_1(x))
+        device = x.device.type
+        if (self.wo_in_fp32_under_fp16 and torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)
+                and torch.get_autocast_dtype(device) == torch.float16):
+            with torch.autocast(device, enabled=False):  # wo's output may pass fp16's 65,504: compute it in fp32
+                return self.wo(h.float())
+        return self.wo(h)

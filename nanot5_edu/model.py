@@ -19,10 +19,10 @@ from torch import nn
 from .layers import *  # lesson 03: ModelConfig, RMSNorm, Attention, GatedFeedForward, …
 
 # %% auto #0
-__all__ = ['HF_ALIAS_KEYS', 'SelfAttentionLayer', 'CrossAttentionLayer', 'FeedForwardLayer', 'Block', 'additive_mask', 'Stack',
-           'init_weights', 'Seq2SeqOutput', 'shift_right', 'T5', 'PRESETS', 'ModelConfig', 'get_config', 'hf_reference',
-           'dropout', 'RMSNorm', 'relative_position_bucket', 'RelativePositionBias', 'KV', 'BlockCache', 'Attention',
-           'GatedFeedForward']
+__all__ = ['HF_ALIAS_KEYS', 'SelfAttentionLayer', 'CrossAttentionLayer', 'FeedForwardLayer', 'Block', 'compute_dtype',
+           'mask_value', 'additive_mask', 'Stack', 'init_weights', 'Seq2SeqOutput', 'shift_right', 'T5', 'PRESETS',
+           'ModelConfig', 'get_config', 'hf_reference', 'dropout', 'RMSNorm', 'relative_position_bucket',
+           'RelativePositionBias', 'KV', 'BlockCache', 'Attention', 'GatedFeedForward']
 
 # %% ../nbs/03b_t5_model.ipynb #ab67bdd9
 # lesson 03's names, re-exported: `from nanot5_edu.model import *` gives them too
@@ -85,11 +85,24 @@ class Block(nn.Module):
         return self.layer[-1](h), BlockCache(self_kv, cross_kv)
 
 # %% ../nbs/03b_t5_model.ipynb #8202dffe
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    "The dtype matmuls on `x` run in: autocast's when autocast is on for x's device, else x's own"
+    device = x.device.type
+    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):  # (not on 'meta')
+        return torch.get_autocast_dtype(device)
+    return x.dtype
+
+
+def mask_value(dtype: torch.dtype) -> float:
+    "What a masked attention entry gets: half the dtype's most negative value (a score added to it stays finite)"
+    return torch.finfo(dtype).min / 2
+
+
 def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    "[B, k_len] 1/0 mask -> [B, 1, 1, k_len] 0/-inf-ish additive mask"
+    "[B, k_len] 1/0 mask -> [B, 1, 1, k_len] additive mask: 0 where attended, `mask_value(dtype)` where padded"
     if attention_mask is None:
         return None
-    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * mask_value(dtype)
 
 
 class Stack(nn.Module):
@@ -103,22 +116,28 @@ class Stack(nn.Module):
         self.final_layer_norm = RMSNorm(config.d_model, config.layer_norm_epsilon)
         self.dropout = dropout(config.dropout_rate)
 
-    def position_bias(self, q_len: int, k_len: int, mask: torch.Tensor | None, q_offset: int = 0) -> torch.Tensor:
-        "Relative position bias of block 0, plus the padding or causal mask, shared by all blocks"
+    def position_bias(self, q_len: int, k_len: int, attention_mask: torch.Tensor | None = None, q_offset: int = 0,
+                      dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        "Block 0's relative position bias with the causal and padding ([B, k_len] 1/0) masks, in `dtype`, for every block"
         bias = self.block[0].layer[0].SelfAttention.relative_attention_bias(q_len, k_len, q_offset)
+        keep = None
         if self.is_decoder and q_len > 1:
-            causal = torch.ones(q_len, k_len, dtype=torch.bool, device=bias.device).tril(k_len - q_len)
-            bias = bias.masked_fill(~causal, torch.finfo(bias.dtype).min)
-        return bias if mask is None else bias + mask
+            keep = torch.ones(q_len, k_len, dtype=torch.bool, device=bias.device).tril(k_len - q_len)
+        if attention_mask is not None:
+            keys = attention_mask[:, None, None, :].bool()
+            keep = keys if keep is None else keep & keys
+        if keep is not None:
+            bias = bias.masked_fill(~keep, mask_value(dtype))
+        return bias.to(dtype)
 
     def forward(self, input_ids, attention_mask=None, encoder_out=None, encoder_mask=None,
                 past: list[BlockCache] | None = None) -> tuple[torch.Tensor, list[BlockCache]]:
         "Hidden states [B, len, d_model] and one BlockCache per block (the `past` of the next decoding step)"
         h = self.dropout(self.embed_tokens(input_ids))
         offset = 0 if past is None else past[0].length   # positions decoded so far
-        mask = additive_mask(attention_mask, torch.float32)
-        bias = self.position_bias(input_ids.shape[1], offset + input_ids.shape[1], mask, offset)
-        enc_mask = additive_mask(encoder_mask, torch.float32)
+        dtype = compute_dtype(h)
+        bias = self.position_bias(input_ids.shape[1], offset + input_ids.shape[1], attention_mask, offset, dtype)
+        enc_mask = additive_mask(encoder_mask, dtype)
         caches = []
         for i, block in enumerate(self.block):
             h, cache = block(h, bias, encoder_out, enc_mask, None if past is None else past[i])
@@ -209,14 +228,20 @@ class T5(nn.Module):
         return self.encoder(input_ids, attention_mask)[0]
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                decoder_input_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> Seq2SeqOutput:
+                decoder_input_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                decoder_attention_mask: torch.Tensor | None = None) -> Seq2SeqOutput:
+        "Logits (and the loss, given labels); `decoder_attention_mask` [B, target length] hides padded decoder positions"
         self._check(input_ids, attention_mask, decoder_input_ids, labels)
         if decoder_input_ids is None:
             if labels is None:
                 raise ValueError("Pass decoder_input_ids or labels (decoder inputs are made from labels).")
             decoder_input_ids = shift_right(labels, self.config.decoder_start_token_id, self.config.pad_token_id)
+        if decoder_attention_mask is not None and decoder_attention_mask.shape != decoder_input_ids.shape:
+            raise ValueError(f"decoder_attention_mask shape {tuple(decoder_attention_mask.shape)} differs from the "
+                             f"decoder inputs {tuple(decoder_input_ids.shape)} (one entry per target position).")
         encoder_out = self.encode(input_ids, attention_mask)
-        h, _ = self.decoder(decoder_input_ids, encoder_out=encoder_out, encoder_mask=attention_mask)
+        h, _ = self.decoder(decoder_input_ids, decoder_attention_mask, encoder_out=encoder_out,
+                            encoder_mask=attention_mask)
         logits = self.head(h)
         loss = None
         if labels is not None:

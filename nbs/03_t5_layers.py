@@ -391,7 +391,7 @@ class Attention(nn.Module):
             k, v = self.heads(self.k(src)), self.heads(self.v(src))
             if past is not None:  # self-attention while generating: append the new position's k/v
                 k, v = torch.cat([past.k, k], dim=2), torch.cat([past.v, v], dim=2)
-        if bias is not None:
+        if bias is not None and bias.dtype != q.dtype:  # the stack casts it once (03b); a bias made by hand may differ
             bias = bias.to(q.dtype)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0,
                                              dropout_p=self.dropout if self.training else 0.0)
@@ -436,15 +436,47 @@ class GatedFeedForward(nn.Module):
         self.wi_1 = nn.Linear(config.d_model, config.d_ff, bias=False)
         self.wo = nn.Linear(config.d_ff, config.d_model, bias=False)
         self.dropout = dropout(config.dropout_rate)
+        self.wo_in_fp32_under_fp16 = True  # see "fp16 and the feed-forward" below
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.wo(self.dropout(F.gelu(self.wi_0(x), approximate="tanh") * self.wi_1(x)))
+        h = self.dropout(F.gelu(self.wi_0(x), approximate="tanh") * self.wi_1(x))
+        device = x.device.type
+        if (self.wo_in_fp32_under_fp16 and torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)
+                and torch.get_autocast_dtype(device) == torch.float16):
+            with torch.autocast(device, enabled=False):  # wo's output may pass fp16's 65,504: compute it in fp32
+                return self.wo(h.float())
+        return self.wo(h)
 
 
 # %%
 ff, ref_ff = GatedFeedForward(cfg), hf_t5.T5DenseGatedActDense(cfg.to_hf())
 ref_ff.load_state_dict(ff.state_dict())
 test_close(ff(x), ref_ff(x), eps=1e-6)
+
+# %% [markdown]
+# ### fp16 and the feed-forward
+#
+# GPUs without bf16 (Colab's T4) train in fp16, whose largest number is 65,504. Under fp16 autocast every `nn.Linear`
+# runs in fp16, and `wo` is where T5 v1.1's activations grow largest: once one of its outputs passes 65,504 it becomes
+# `inf`, and the loss `nan`. HF's T5 keeps `wo` in fp32 for the same reason (`_keep_in_fp32_modules = ["wo"]` in
+# `modeling_t5.py`). So does ours: under fp16 autocast `wo` runs with autocast off, in fp32, and its output joins the
+# residual stream, which is fp32 already. bf16 has fp32's range and needs no guard. The check below scales `wo` until
+# its outputs reach about 10⁵ and runs the layer three ways (CPU autocast supports fp16 too).
+
+# %%
+big = GatedFeedForward(cfg)
+with torch.no_grad():
+    big.wo.weight.mul_(1e5 / big(x).abs().max())   # outputs now reach ±1e5: beyond fp16's range
+with torch.autocast("cpu", dtype=torch.float16):
+    guarded = big(x)
+    big.wo_in_fp32_under_fp16 = False
+    unguarded = big(x)
+    big.wo_in_fp32_under_fp16 = True
+reference = big(x)   # fp32
+print(f"largest |output| in fp32: {reference.abs().max():,.0f}; fp16 without the guard: "
+      f"{unguarded.float().abs().max()}; with it: {guarded.abs().max():,.0f} ({guarded.dtype})")
+test_eq(bool(torch.isinf(unguarded).any()), True)
+test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 
 # %% [markdown]
 # ## What you learned
@@ -460,7 +492,8 @@ test_close(ff(x), ref_ff(x), eps=1e-6)
 # - Attention is unscaled (the `1/√d_kv` lives in the init of `q`, lesson 03b) and runs as one fused SDPA call with
 #   the bias as an additive mask; it equals the textbook `softmax(q·kᵀ + bias)·v` and HF's `T5Attention` within
 #   1e-5.
-# - The feed-forward is `wo(gelu_tanh(wi_0 x) ⊙ wi_1 x)` without biases, equal to HF's within 1e-6.
+# - The feed-forward is `wo(gelu_tanh(wi_0 x) ⊙ wi_1 x)` without biases, equal to HF's within 1e-6. Under fp16
+#   autocast its `wo` runs in fp32, as HF keeps it: an output beyond 65,504 would otherwise become `inf`.
 #
 # ## Questions
 #

@@ -147,15 +147,33 @@ test_eq((enc_cache.cross_attn, dec_cache.cross_attn.k.shape), (None, (2, cfg.num
 
 # %% [markdown]
 # A stack embeds, runs its blocks with the position bias of block 0 (+ mask), and ends with a final norm.
-# The additive mask uses the dtype's most negative value, as HF does; the decoder's mask is causal.
+# The decoder's mask is causal; padding masks hide padded keys (the encoder's, and the decoder's own when fine-tuning
+# pads its targets). Masked entries get **half the most negative value of the compute dtype** (−1.7·10³⁸ in fp32,
+# −32,752 in fp16): a score added to the dtype's own minimum, as HF adds it, can pass the end of the range in fp16
+# and become `-inf`, and a row whose keys are all padding would then be all `-inf`, whose softmax is `nan`. With
+# half the minimum the row stays finite. The bias is cast to the compute dtype (autocast's, when it is on) **once per
+# stack**: every block shares one tensor, instead of each keeping its own 16-bit copy for the backward pass.
 
 # %%
 #| export
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    "The dtype matmuls on `x` run in: autocast's when autocast is on for x's device, else x's own"
+    device = x.device.type
+    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):  # (not on 'meta')
+        return torch.get_autocast_dtype(device)
+    return x.dtype
+
+
+def mask_value(dtype: torch.dtype) -> float:
+    "What a masked attention entry gets: half the dtype's most negative value (a score added to it stays finite)"
+    return torch.finfo(dtype).min / 2
+
+
 def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    "[B, k_len] 1/0 mask -> [B, 1, 1, k_len] 0/-inf-ish additive mask"
+    "[B, k_len] 1/0 mask -> [B, 1, 1, k_len] additive mask: 0 where attended, `mask_value(dtype)` where padded"
     if attention_mask is None:
         return None
-    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * mask_value(dtype)
 
 
 class Stack(nn.Module):
@@ -169,22 +187,28 @@ class Stack(nn.Module):
         self.final_layer_norm = RMSNorm(config.d_model, config.layer_norm_epsilon)
         self.dropout = dropout(config.dropout_rate)
 
-    def position_bias(self, q_len: int, k_len: int, mask: torch.Tensor | None, q_offset: int = 0) -> torch.Tensor:
-        "Relative position bias of block 0, plus the padding or causal mask, shared by all blocks"
+    def position_bias(self, q_len: int, k_len: int, attention_mask: torch.Tensor | None = None, q_offset: int = 0,
+                      dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        "Block 0's relative position bias with the causal and padding ([B, k_len] 1/0) masks, in `dtype`, for every block"
         bias = self.block[0].layer[0].SelfAttention.relative_attention_bias(q_len, k_len, q_offset)
+        keep = None
         if self.is_decoder and q_len > 1:
-            causal = torch.ones(q_len, k_len, dtype=torch.bool, device=bias.device).tril(k_len - q_len)
-            bias = bias.masked_fill(~causal, torch.finfo(bias.dtype).min)
-        return bias if mask is None else bias + mask
+            keep = torch.ones(q_len, k_len, dtype=torch.bool, device=bias.device).tril(k_len - q_len)
+        if attention_mask is not None:
+            keys = attention_mask[:, None, None, :].bool()
+            keep = keys if keep is None else keep & keys
+        if keep is not None:
+            bias = bias.masked_fill(~keep, mask_value(dtype))
+        return bias.to(dtype)
 
     def forward(self, input_ids, attention_mask=None, encoder_out=None, encoder_mask=None,
                 past: list[BlockCache] | None = None) -> tuple[torch.Tensor, list[BlockCache]]:
         "Hidden states [B, len, d_model] and one BlockCache per block (the `past` of the next decoding step)"
         h = self.dropout(self.embed_tokens(input_ids))
         offset = 0 if past is None else past[0].length   # positions decoded so far
-        mask = additive_mask(attention_mask, torch.float32)
-        bias = self.position_bias(input_ids.shape[1], offset + input_ids.shape[1], mask, offset)
-        enc_mask = additive_mask(encoder_mask, torch.float32)
+        dtype = compute_dtype(h)
+        bias = self.position_bias(input_ids.shape[1], offset + input_ids.shape[1], attention_mask, offset, dtype)
+        enc_mask = additive_mask(encoder_mask, dtype)
         caches = []
         for i, block in enumerate(self.block):
             h, cache = block(h, bias, encoder_out, enc_mask, None if past is None else past[i])
@@ -195,7 +219,7 @@ class Stack(nn.Module):
 # %% [markdown]
 # What every layer of a stack receives, for a padded batch of two rows (12 encoder tokens, the second row
 # padded after 8; 6 decoder tokens): the position bias of head 0 plus the mask, where masked entries
-# (−3.4·10³⁸, so the softmax gives them weight 0) are drawn black. Cross-attention has no position bias,
+# (−1.7·10³⁸ in fp32, so the softmax gives them weight 0) are drawn black. Cross-attention has no position bias,
 # only the encoder's padding mask. The bias table here is random, as at init.
 
 # %%
@@ -205,8 +229,8 @@ for stack in (enc, dec):
     nn.init.normal_(stack.block[0].layer[0].SelfAttention.relative_attention_bias.weight)
 enc_attention_mask = torch.ones(2, 12, dtype=torch.long); enc_attention_mask[1, 8:] = 0
 with torch.no_grad():
-    enc_bias = enc.position_bias(12, 12, additive_mask(enc_attention_mask, torch.float32))   # [2, heads, 12, 12]
-    dec_bias = dec.position_bias(6, 6, None)                                                 # [1, heads, 6, 6]
+    enc_bias = enc.position_bias(12, 12, enc_attention_mask)                                 # [2, heads, 12, 12]
+    dec_bias = dec.position_bias(6, 6)                                                       # [1, heads, 6, 6]
 cross_mask = additive_mask(enc_attention_mask, torch.float32).expand(2, 1, 6, 12)             # [2, 1, 6, 12]
 test_eq((enc_bias.shape, dec_bias.shape), ((2, 4, 12, 12), (1, 4, 6, 6)))
 test_eq(bool((enc_bias[1, :, :, 8:] < -1e38).all()), True)                    # padded keys masked, every query
@@ -334,14 +358,20 @@ class T5(nn.Module):
         return self.encoder(input_ids, attention_mask)[0]
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                decoder_input_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> Seq2SeqOutput:
+                decoder_input_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                decoder_attention_mask: torch.Tensor | None = None) -> Seq2SeqOutput:
+        "Logits (and the loss, given labels); `decoder_attention_mask` [B, target length] hides padded decoder positions"
         self._check(input_ids, attention_mask, decoder_input_ids, labels)
         if decoder_input_ids is None:
             if labels is None:
                 raise ValueError("Pass decoder_input_ids or labels (decoder inputs are made from labels).")
             decoder_input_ids = shift_right(labels, self.config.decoder_start_token_id, self.config.pad_token_id)
+        if decoder_attention_mask is not None and decoder_attention_mask.shape != decoder_input_ids.shape:
+            raise ValueError(f"decoder_attention_mask shape {tuple(decoder_attention_mask.shape)} differs from the "
+                             f"decoder inputs {tuple(decoder_input_ids.shape)} (one entry per target position).")
         encoder_out = self.encode(input_ids, attention_mask)
-        h, _ = self.decoder(decoder_input_ids, encoder_out=encoder_out, encoder_mask=attention_mask)
+        h, _ = self.decoder(decoder_input_ids, decoder_attention_mask, encoder_out=encoder_out,
+                            encoder_mask=attention_mask)
         logits = self.head(h)
         loss = None
         if labels is not None:
@@ -466,7 +496,8 @@ def save_pretrained(self: T5, save_dir: str | Path):
 # ## Checks against `transformers` on whole models
 #
 # Three configs that vary depth (different encoder and decoder depths), heads, `d_kv`, buckets and tied vs
-# untied heads. HF → ours: logits within 1e-4 in fp32 with padded inputs, and gradients of the loss within 1e-4.
+# untied heads. HF → ours: logits within 1e-4 in fp32 with padded inputs (and padded targets), and gradients of the
+# loss within 1e-4.
 
 # %%
 test_configs = [
@@ -498,7 +529,12 @@ for cfg in test_configs:
     hf_grads = dict(hf.named_parameters())
     for name, p in ours.named_parameters():
         test_close(p.grad, hf_grads[name].grad, eps=1e-4)
-print("logits and gradients equal HF on", len(test_configs), "configs")
+    # fine-tuning pads the targets: a decoder padding mask (1 up to each row's last target) gives HF's logits too
+    dec_mask = torch.cat([torch.ones_like(labels[:, :1]), (labels[:, :-1] != -100).long()], dim=1)
+    with torch.no_grad():
+        test_close(ours(ids, am, labels=labels, decoder_attention_mask=dec_mask).logits,
+                   hf(input_ids=ids, attention_mask=am, labels=labels, decoder_attention_mask=dec_mask).logits, eps=1e-4)
+print("logits and gradients equal HF on", len(test_configs), "configs (logits with a decoder padding mask too)")
 
 # %% [markdown]
 # The round trip HF → ours → HF and a `save_pretrained` checkpoint loaded by plain `transformers` are checked in
@@ -734,8 +770,8 @@ for name, module in watch.items():
     hooks.append(module.register_forward_hook(record(name)))
 out = base(input_ids, labels=labels)
 for h in hooks: h.remove()
-seen["3 encoder position bias"] = tuple(base.encoder.position_bias(512, 512, None).shape)
-seen["8 decoder position bias"] = tuple(base.decoder.position_bias(114, 114, None).shape)
+seen["3 encoder position bias"] = tuple(base.encoder.position_bias(512, 512).shape)
+seen["8 decoder position bias"] = tuple(base.decoder.position_bias(114, 114).shape)
 seen["12 loss"] = tuple(out.loss.shape)
 for name in sorted(seen, key=lambda n: int(n.split()[0])): print(f"{name:32} {seen[name]}")
 test_eq(seen["2 encoder embedding"], (4, 512, 768)); test_eq(seen["4 q (before the head split)"], (4, 512, 768))
