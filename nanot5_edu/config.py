@@ -257,11 +257,13 @@ def matmul_peak_flops(dtype: torch.dtype = torch.bfloat16, n: int = 2048, repeat
 
 # %% ../nbs/07_config.ipynb #1a0dea65
 def estimate_memory(cfg: Config, world_size: int = 1, device: str = "cuda", residual: str = "fp32",
-                    shape: tuple[int, int, int] | None = None) -> dict:
+                    shape: tuple[int, int, int] | None = None, padding_mask: bool | None = None) -> dict:
     """Estimated bytes of one training step by part, for the micro-batch the config gives each process.
     `device`: 'cuda' (memory-efficient attention) or 'cpu' (SDPA's math path, fp32 probabilities);
     `residual`: 'fp32' (this model, as HF's T5) or '16bit' (what a model keeping the residual stream in bf16 would save);
-    `shape`: (micro-batch, input length, target length) of a real batch, instead of what the config implies"""
+    `shape`: (micro-batch, input length, target length) of a real batch, instead of what the config implies;
+    `padding_mask`: batches carry padding masks (fine-tuning; None: a config with `sni` settings), so each stack's
+    position bias + mask is one [micro, heads, L, L] tensor instead of [1, heads, L, L]"""
     from nanot5_edu.spans import compute_input_and_target_lengths
     m, a = cfg.model, 2 if cfg.train.precision in ("bf16", "fp16") else 4  # bytes of a matmul's activations
     if shape is None:
@@ -282,19 +284,27 @@ def estimate_memory(cfg: Config, world_size: int = 1, device: str = "cuda", resi
     def attention(L_k):  # per query token: q (+ fp32 probabilities on the CPU's math path), output, o's input
         return (4 * inner + 4 * h * L_k if device == "cpu" else a * inner + 4 * h) + 2 * a * inner
     kv = 2 * 4 * inner if device == "cpu" else 2 * a * inner  # k and v, per key token
-    ffn = norm + cast(2) + 4 * a * f  # wi_0 and wi_1 outputs, the GELU, the product
+    wo_fp32 = cfg.train.precision == "fp16"  # under fp16 `wo` runs in fp32 (lesson 03): its input kept in fp32 too
+    ffn = norm + cast(2) + 4 * a * f + (4 * f if wo_fp32 else 0)  # wi_0 and wi_1 outputs, the GELU, the product
     encoder = norm + cast(3) + attention(L_in) + kv + ffn
     decoder = (norm + cast(3) + attention(L_t) + kv) + (norm + cast(1) + attention(L_in)) + ffn
     enc_tok, dec_tok = micro * L_in, micro * L_t
     activations = (m.num_layers * encoder * enc_tok + m.num_decoder_layers * (decoder * dec_tok + (cast(2) + kv) * enc_tok)
                    + enc_tok * 8 * d + dec_tok * (8 * d + cast(1)))  # embeddings and final norms, the head's input
+    if padding_mask is None:
+        padding_mask = hasattr(cfg, "sni")
+    rows = micro if padding_mask else 1  # the stack's bias + mask, in the compute dtype, shared by its blocks
+    bias = a * rows * h * (L_in ** 2 + L_t ** 2)
     optimizer = {"adamwscale": 8, "adamw": 8}.get(cfg.optim.name, 4) * params  # adafactor: factored, less (bound)
+    wo_params = m.num_layers * d * f + m.num_decoder_layers * d * f
     out = {"micro_batch": micro, "parameters": params, "weights": 4 * params, "gradients": 4 * params,
-           "optimizer_state": optimizer, "weight_copies_16bit": a * matmul_params if a == 2 else 0,
+           "optimizer_state": optimizer,
+           "weight_copies_16bit": a * (matmul_params - (wo_params if wo_fp32 else 0)) if a == 2 else 0,
            "activations_per_token_per_layer": {"encoder": encoder, "decoder": decoder},
-           "activations": activations, "logits": dec_tok * V * (3 * 4 + a)}  # 16-bit, fp32 copy, log-softmax, gradient
+           "activations": activations, "attention_bias": bias,
+           "logits": dec_tok * V * (3 * 4 + a)}  # 16-bit, fp32 copy, log-softmax, gradient
     out["total"] = sum(out[k] for k in ("weights", "gradients", "optimizer_state", "weight_copies_16bit",
-                                        "activations", "logits"))
+                                        "activations", "attention_bias", "logits"))
     return out
 
 

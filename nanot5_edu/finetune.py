@@ -161,16 +161,26 @@ def exact_match(prediction: str, references: list[str]) -> float:
 # %% ../nbs/09_finetuning.ipynb #c682a40a
 @dataclass
 class PaddingCollator:
-    "Pad tokenized (source ids, target ids) pairs into input_ids / attention_mask / labels tensors"
+    """Pad tokenized (source ids, target ids) pairs into input_ids / attention_mask / labels / decoder_attention_mask.
+    `buckets=True` pads each length up to a power of two (at least 8): a compiled model then sees a few shapes, not one
+    per batch (train.compile=true)"""
     pad_id: int = 0
+    buckets: bool = False
+
+    def _length(self, n: int) -> int:
+        return max(8, 1 << (n - 1).bit_length()) if self.buckets else n
 
     def __call__(self, examples: list[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
-        src_len, tgt_len = max(len(s) for s, _ in examples), max(len(t) for _, t in examples)
+        src_len = self._length(max(len(s) for s, _ in examples))
+        tgt_len = self._length(max(len(t) for _, t in examples))
         input_ids = torch.full((len(examples), src_len), self.pad_id, dtype=torch.long)
         labels = torch.full((len(examples), tgt_len), -100, dtype=torch.long)
         for i, (s, t) in enumerate(examples):
             input_ids[i, :len(s)], labels[i, :len(t)] = torch.tensor(s), torch.tensor(t)
-        return {"input_ids": input_ids, "attention_mask": (input_ids != self.pad_id).long(), "labels": labels}
+        # the decoder reads the start token, then each target but the last: its padding follows the labels' by one
+        decoder_mask = torch.cat([torch.ones_like(labels[:, :1]), (labels[:, :-1] != -100).long()], dim=1)
+        return {"input_ids": input_ids, "attention_mask": (input_ids != self.pad_id).long(), "labels": labels,
+                "decoder_attention_mask": decoder_mask}
 
     def state_dict(self) -> dict:
         return {}
@@ -394,7 +404,8 @@ def finetune(cfg: FinetuneConfig) -> dict:
     evals = {name: load_sni(cfg.sni.data_dir, name, sizes[name], **kw) for name in names}
     lengths = (cfg.sni.max_source_length, cfg.sni.max_target_length)
     micro = cfg.optim.batch_size // (cfg.optim.grad_acc * accelerator.num_processes)
-    stream = BatchStream(tokenize_sni(train_ds, tokenizer, *lengths, seed=cfg.train.seed), PaddingCollator(),
+    stream = BatchStream(tokenize_sni(train_ds, tokenizer, *lengths, seed=cfg.train.seed),
+                         PaddingCollator(buckets=cfg.train.compile),  # compiled: a few shapes, not one per batch
                          micro, cfg.train.seed, accelerator.process_index, accelerator.num_processes)
     valid_ds = evals[names[0]][0]
     valid = BatchStream(tokenize_sni(valid_ds, tokenizer, *lengths), PaddingCollator(), cfg.eval.batch_size, seed=1234)

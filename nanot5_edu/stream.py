@@ -10,6 +10,7 @@ import hashlib
 import itertools
 import json
 import os
+import time
 import warnings
 import weakref
 from pathlib import Path
@@ -92,11 +93,33 @@ class ShuffleCorruptBlock:
         return self.collator(rows[torch.randperm(len(rows), generator=generator)])
 
 
+def _die_with_parent():
+    "In a data worker: end as soon as the training process is gone, killed or not, whatever the worker is blocked on"
+    import multiprocessing, signal, sys, threading
+    parent = multiprocessing.parent_process()
+    parent_pid = parent.pid if parent is not None else os.getppid()
+    if sys.platform.startswith("linux"):  # the kernel sends SIGKILL when the thread that started us exits
+        import ctypes
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    def watch():  # elsewhere (and as a second line): notice a new parent (the dead one's orphans are re-parented)
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+    if os.getppid() != parent_pid:  # it died before the signal was set
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True, name="die-with-parent").start()
+
+
 def _ignore_stop_signals(worker_id: int):
-    "In a data worker: SIGINT / SIGTERM sent to every process (Ctrl-C, Slurm) are the training process's to handle"
+    """In a data worker: SIGINT / SIGTERM sent to every process (Ctrl-C, Slurm) are the training process's to handle;
+    the worker ends with the training process instead (`_die_with_parent`), even when that one is killed by SIGKILL"""
     import signal
-    for sig in (signal.SIGINT, signal.SIGTERM):  # the worker still ends with the training process (torch's watchdog)
+    for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
+    _die_with_parent()
 
 
 _open_streams = weakref.WeakSet()  # streams with live workers: closed when Python exits

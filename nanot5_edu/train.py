@@ -166,7 +166,8 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
             with _explain_oom(cfg, accelerator, batch), accelerator.accumulate(prepared):  # all-reduce on the last micro-batch
                 with accelerator.autocast():
                     loss = model(batch["input_ids"], attention_mask=batch.get("attention_mask"),
-                                 decoder_input_ids=batch.get("decoder_input_ids"), labels=batch["labels"]).loss
+                                 decoder_input_ids=batch.get("decoder_input_ids"), labels=batch["labels"],
+                                 decoder_attention_mask=batch.get("decoder_attention_mask")).loss
                 accelerator.backward(loss)  # divides by grad_acc
             window_loss.append(loss.detach().float())  # stays on the device: no sync per step
             window_tokens += batch["input_ids"].numel() + batch["labels"].numel()

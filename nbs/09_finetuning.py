@@ -294,16 +294,26 @@ test_eq(exact_match("no", ["yes", "maybe"]), 0.0)
 #| hide
 @dataclass
 class PaddingCollator:
-    "Pad tokenized (source ids, target ids) pairs into input_ids / attention_mask / labels tensors"
+    """Pad tokenized (source ids, target ids) pairs into input_ids / attention_mask / labels / decoder_attention_mask.
+    `buckets=True` pads each length up to a power of two (at least 8): a compiled model then sees a few shapes, not one
+    per batch (train.compile=true)"""
     pad_id: int = 0
+    buckets: bool = False
+
+    def _length(self, n: int) -> int:
+        return max(8, 1 << (n - 1).bit_length()) if self.buckets else n
 
     def __call__(self, examples: list[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
-        src_len, tgt_len = max(len(s) for s, _ in examples), max(len(t) for _, t in examples)
+        src_len = self._length(max(len(s) for s, _ in examples))
+        tgt_len = self._length(max(len(t) for _, t in examples))
         input_ids = torch.full((len(examples), src_len), self.pad_id, dtype=torch.long)
         labels = torch.full((len(examples), tgt_len), -100, dtype=torch.long)
         for i, (s, t) in enumerate(examples):
             input_ids[i, :len(s)], labels[i, :len(t)] = torch.tensor(s), torch.tensor(t)
-        return {"input_ids": input_ids, "attention_mask": (input_ids != self.pad_id).long(), "labels": labels}
+        # the decoder reads the start token, then each target but the last: its padding follows the labels' by one
+        decoder_mask = torch.cat([torch.ones_like(labels[:, :1]), (labels[:, :-1] != -100).long()], dim=1)
+        return {"input_ids": input_ids, "attention_mask": (input_ids != self.pad_id).long(), "labels": labels,
+                "decoder_attention_mask": decoder_mask}
 
     def state_dict(self) -> dict:
         return {}
@@ -621,7 +631,8 @@ def finetune(cfg: FinetuneConfig) -> dict:
     evals = {name: load_sni(cfg.sni.data_dir, name, sizes[name], **kw) for name in names}
     lengths = (cfg.sni.max_source_length, cfg.sni.max_target_length)
     micro = cfg.optim.batch_size // (cfg.optim.grad_acc * accelerator.num_processes)
-    stream = BatchStream(tokenize_sni(train_ds, tokenizer, *lengths, seed=cfg.train.seed), PaddingCollator(),
+    stream = BatchStream(tokenize_sni(train_ds, tokenizer, *lengths, seed=cfg.train.seed),
+                         PaddingCollator(buckets=cfg.train.compile),  # compiled: a few shapes, not one per batch
                          micro, cfg.train.seed, accelerator.process_index, accelerator.num_processes)
     valid_ds = evals[names[0]][0]
     valid = BatchStream(tokenize_sni(valid_ds, tokenizer, *lengths), PaddingCollator(), cfg.eval.batch_size, seed=1234)
@@ -813,8 +824,10 @@ test_eq((len(ds), report["skipped_empty_output"], ds[0]["majority"]), (1, {"task
 # ### Tokenized batches
 #
 # Fine-tuning examples vary in length: a batch is padded to its longest source (pad = 0, with an attention mask) and
-# its longest target (label padding = -100, ignored by the loss). Training targets are one reference drawn with a
-# fixed seed (all instances of sni-mini have one).
+# its longest target (label padding = -100, ignored by the loss), and the decoder gets a padding mask of its own
+# (`decoder_attention_mask`). Training targets are one reference drawn with a fixed seed (all instances of sni-mini
+# have one). With `train.compile=true` every length is padded up to a power of two: a compiled model recompiles for
+# each new shape, and a power of two leaves it a few shapes (at most 8 source lengths up to 1,024).
 
 # %%
 pairs = tokenize_sni(datasets.Dataset.from_dict({"source": ["a b c " * 50, "short"], "references": [["yes"], ["no"]]}),
@@ -824,6 +837,10 @@ test_eq(pairs[0][0][-1], tok.eos_token_id)
 batch = PaddingCollator()(pairs)
 test_eq(batch["attention_mask"].sum(1).tolist(), [16, len(tok("short").input_ids)])
 test_eq(batch["labels"].shape, (2, 2)); test_eq((batch["labels"] == -100).sum().item(), 0)
+test_eq(batch["decoder_attention_mask"].tolist(), [[1, 1], [1, 1]])
+bucketed = PaddingCollator(buckets=True)([([5] * 9, [7] * 3), ([5] * 20, [7])])  # lengths 20 and 3 -> 32 and 8
+test_eq((bucketed["input_ids"].shape, bucketed["labels"].shape), ((2, 32), (2, 8)))
+test_eq(bucketed["decoder_attention_mask"].sum(1).tolist(), [4, 2])   # the start token + the targets but the last
 
 # %% [markdown]
 # ### Loading a model to fine-tune
