@@ -167,8 +167,11 @@ def _base_setup(device, big, precision):
 
 
 def section_guard_cost(device, big) -> dict:
-    "fp16 train steps with and without the fp32 `wo`, alternated in rounds so drift hits both"
+    "fp16 train steps with and without the fp32 `wo`, alternated in rounds so drift hits both (TF32 on, as in `fit`)"
+    import torch
     from nanot5_edu.layers import GatedFeedForward
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     model, opt, scaler, ids, labels = _base_setup(device, big, "fp16")
     step = _step_fn(model, opt, scaler, ids, labels, device, "fp16")
     times = {True: [], False: []}
@@ -179,7 +182,7 @@ def section_guard_cost(device, big) -> dict:
                     m.wo_in_fp32_under_fp16 = guard
             times[guard].append(_time(step, device, 10 if big else 5, 2))
     g, u = statistics.median(times[True]), statistics.median(times[False])
-    return {"ms_per_step_guarded": g * 1e3, "ms_per_step_unguarded": u * 1e3, "guarded_over_unguarded": g / u,
+    return {"tf32": device == "cuda", "ms_per_step_guarded": g * 1e3, "ms_per_step_unguarded": u * 1e3, "guarded_over_unguarded": g / u,
             "shape": list(ids.shape) + [labels.shape[1]], "rounds": 3}
 
 
@@ -208,6 +211,7 @@ def section_compile(device, big) -> dict:
     out = {}
     for buckets in (False, True):
         dynamo.reset()
+        dynamo.utils.counters.clear()
         torch.manual_seed(0)
         model = T5(get_config("t5-v1_1-small")).to(device).train()
         compiled = torch.compile(model)  # as fit calls it
@@ -264,7 +268,30 @@ def section_memory(device, big) -> dict:
     return {"rows": rows}
 
 
-SECTIONS = {"overflow": section_overflow, "padding": section_padding, "guard_cost": section_guard_cost,
+def section_explain(device, big) -> dict:
+    "Graph breaks of the model's forward under torch._dynamo.explain: pre-training and fine-tuning inputs, per precision"
+    import torch
+    import torch._dynamo as dynamo
+    from nanot5_edu.model import T5
+    torch.manual_seed(0)
+    model = T5(_tiny()).to(device)
+    ids = torch.randint(3, 250, (2, 32), device=device); labels = torch.randint(3, 250, (2, 8), device=device)
+    am, dam = torch.ones_like(ids), torch.ones_like(labels)
+    am[1, 20:] = 0; dam[1, 5:] = 0
+    rows = []
+    for precision in ("fp32", "bf16", "fp16"):
+        for name, kw in (("pretrain", {}), ("finetune", {"attention_mask": am, "decoder_attention_mask": dam})):
+            def f(ids, labels, kw=kw):
+                with _autocast(device, precision):
+                    return model(ids, labels=labels, **kw).loss
+            dynamo.reset()
+            e = dynamo.explain(f)(ids, labels)
+            rows.append({"precision": precision, "inputs": name, "graph_breaks": e.graph_break_count,
+                         "reasons": [str(r.reason)[:300] for r in e.break_reasons][:3]})
+    return {"rows": rows}
+
+
+SECTIONS = {"explain": section_explain, "overflow": section_overflow, "padding": section_padding, "guard_cost": section_guard_cost,
             "sync_cost": section_sync_cost, "compile": section_compile, "memory": section_memory}
 
 

@@ -441,7 +441,7 @@ class GatedFeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.dropout(F.gelu(self.wi_0(x), approximate="tanh") * self.wi_1(x))
         device = x.device.type
-        if (self.wo_in_fp32_under_fp16 and torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)
+        if (self.wo_in_fp32_under_fp16 and device != "meta" and torch.is_autocast_enabled(device)
                 and torch.get_autocast_dtype(device) == torch.float16):
             with torch.autocast(device, enabled=False):  # wo's output may pass fp16's 65,504: compute it in fp32
                 return self.wo(h.float())
