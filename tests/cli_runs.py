@@ -11,8 +11,10 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZ
        "OMP_NUM_THREADS": "1"}
 
 
-def pretrain(run_dir, *overrides, popen=False):
-    cmd = [sys.executable, "-m", "nanot5_edu", "pretrain", *overrides, f"logging.run_dir={run_dir}"]
+def pretrain(run_dir, *overrides, popen=False, script=None):
+    "`python -m nanot5_edu pretrain` (or `python SCRIPT pretrain`, a test's driver of the same CLI)"
+    start = [sys.executable, str(script)] if script else [sys.executable, "-m", "nanot5_edu"]
+    cmd = [*start, "pretrain", *overrides, f"logging.run_dir={run_dir}"]
     if popen:
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
     return subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
@@ -22,9 +24,9 @@ def metrics(run_dir):
     return [json.loads(l) for l in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
-def kill_after_checkpoint(run_dir, args, checkpoint: str):
+def kill_after_checkpoint(run_dir, args, checkpoint: str, script=None):
     "Start a run and SIGKILL it as soon as checkpoints/<checkpoint> exists (it must really be killed, not finish)"
-    proc = pretrain(run_dir, *args, popen=True)
+    proc = pretrain(run_dir, *args, popen=True, script=script)
     first = Path(run_dir) / "checkpoints" / checkpoint
     deadline = time.time() + 300
     while not first.exists() and proc.poll() is None and time.time() < deadline:

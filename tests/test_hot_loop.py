@@ -99,3 +99,17 @@ def test_compiled_module_runs_training_steps_only(tmp_path, monkeypatch):
     assert seen == [2] * 8, seen  # 4 steps x grad_acc 2 micro-batches of 2 rows; no evaluation batch (4 rows)
     first = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[1])  # line 0: the step-0 evaluation
     assert first["step"] == 2 and first["ms_per_step"] < 1000, first  # with the 2 s in it: >= 1000
+
+
+def test_fp16_syncs_once_per_step_for_its_loss_scaler_and_nothing_else(tmp_path, monkeypatch):
+    """fp16 cannot avoid one host read every step: the loss scaler must know whether the gradients overflowed before
+    it lets the optimizer step, and `GradScaler.step` reads that flag back with `.item()` (torch/amp/grad_scaler.py,
+    `_maybe_opt_step`). The test pins the count: the reads of 9 steps minus those of 3 are exactly 6, one per step;
+    a second read per step (a loss read, a NaN check per step) fails it. Its cost on a GPU: benchmarks/fp16_path.py
+    `sync_cost` (a step with one added `.item()` against the same step without, on an H200 in
+    benchmarks/results/h200_2026-12-04/)."""
+    short = reads_in_fit(tmp_path / "short", 3, monkeypatch, "train.precision=fp16")
+    long = reads_in_fit(tmp_path / "long", 9, monkeypatch, "train.precision=fp16")
+    per_step = (long[0] - short[0]) / 6
+    print(f"fp16 host reads: {short[0]} in 3 steps, {long[0]} in 9: {per_step} per step")
+    assert per_step == 1, f"{per_step} host reads per fp16 step, expected the loss scaler's one"

@@ -84,15 +84,21 @@ PEAK_STEP = textwrap.dedent("""
     from nanot5_edu.spans import compute_input_and_target_lengths
     torch.set_num_threads(1)
     cfg = make_config("cpu-demo", json.loads(sys.argv[1]))
+    padded = sys.argv[2] == "padded"  # fine-tuning: padding masks on the inputs and the targets
     L_t = compute_input_and_target_lengths(cfg.data.inputs_length)[1]
     B = cfg.optim.batch_size // cfg.optim.grad_acc
     ids, labels = torch.randint(3, 1000, (B, cfg.data.inputs_length)), torch.randint(3, 1000, (B, L_t))
+    masks = {}
+    if padded:
+        am, dm = torch.ones_like(ids), torch.ones_like(labels)
+        am[:, cfg.data.inputs_length * 3 // 4:] = 0; dm[:, L_t // 2:] = 0
+        masks = {"attention_mask": am, "decoder_attention_mask": dm}
     autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.train.precision == "bf16")
-    def steps(model, n, ids, labels):
+    def steps(model, n, ids, labels, masks={}):
         opt = get_optimizer(cfg.optim.name, model.named_parameters(), 1e-3)
         for _ in range(n):
             with autocast():
-                loss = model(input_ids=ids, labels=labels).loss
+                loss = model(input_ids=ids, labels=labels, **masks).loss
             loss.backward(); torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); opt.step(); opt.zero_grad(set_to_none=True)
     # first calls set up kernels, thread pools and autocast: warm them up on a small model, outside the measurement
     steps(T5(dataclasses.replace(cfg.model, num_layers=1, num_decoder_layers=1, d_model=64, d_ff=64, num_heads=2,
@@ -102,28 +108,32 @@ PEAK_STEP = textwrap.dedent("""
         return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(key + ":"))
     open("/proc/self/clear_refs", "w").write("5")  # reset the high-water mark VmHWM to the current resident set
     base = status("VmRSS")
-    steps(T5(cfg.model), 2, ids, labels)  # the second step has the optimizer state too
+    steps(T5(cfg.model), 2, ids, labels, masks)  # the second step has the optimizer state too
     print(json.dumps({"peak_bytes": status("VmHWM") - base}))
 """)
 
 
-@pytest.mark.parametrize("overrides", [
-    [],  # the cpu-demo step: weights and optimizer state are most of it
-    ["model.num_layers=4", "model.num_decoder_layers=4"],  # 4 + 4 layers: activations are most of it
-], ids=["cpu-demo", "tiny-4+4"])
-def test_estimate_memory_within_30_percent_of_cpu_peak(overrides):
+@pytest.mark.parametrize("overrides, padded", [
+    ([], False),  # the cpu-demo step: weights and optimizer state are most of it
+    (["model.num_layers=4", "model.num_decoder_layers=4"], False),  # 4 + 4 layers: activations are most of it
+    # fine-tuning's padded batches in bf16, long inputs, many heads: each stack's [B, H, L, L] bias + mask counts
+    (["model.num_layers=4", "model.num_decoder_layers=4", "data.inputs_length=512", "model.num_heads=16",
+      "model.d_kv=16", "train.precision=bf16"], True),
+], ids=["cpu-demo", "tiny-4+4", "padded-bf16-512"])
+def test_estimate_memory_within_30_percent_of_cpu_peak(overrides, padded):
     """estimate_memory(device='cpu') against the peak memory of two real training steps, in a fresh process: its
     resident-set high-water mark (VmHWM, reset just before the steps) minus the resident set then. glibc's malloc is
     told to serve every block over 64 KiB by mmap, so freed tensors go back to the OS and the high-water mark follows
     live tensors, not a fragmented heap. (An RSS high-water mark, not torch.profiler: it sees every allocation, the
     optimizer's and the allocator's included, and needs no parsing of a trace.)
-    Measured ratios (peak / estimate) when written: 0.88 (cpu-demo) and 0.88 (4 + 4). Catches a missing or double-
-    counted part (gradients, optimizer state, the fp32 logits, an activation per layer)."""
+    Measured ratios (peak / estimate) when written: 0.88 (cpu-demo), 0.88 (4 + 4), 0.82 (padded, bf16, 512 tokens,
+    16 heads). Catches a missing or double-counted part (gradients, optimizer state, the fp32 logits, an activation
+    per layer, the padded case's [B, H, L, L] bias per stack)."""
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", PEAK_STEP, json.dumps(overrides)], capture_output=True, text=True,
-                         env=env, timeout=300)
+    out = subprocess.run([sys.executable, "-c", PEAK_STEP, json.dumps(overrides), "padded" if padded else "-"],
+                         capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     peak = json.loads(out.stdout.strip().splitlines()[-1])["peak_bytes"]
-    estimate = estimate_memory(make_config("cpu-demo", overrides), device="cpu")["total"]
+    estimate = estimate_memory(make_config("cpu-demo", overrides), device="cpu", padding_mask=padded)["total"]
     print(f"peak {peak / 2**20:.0f} MiB, estimate {estimate / 2**20:.0f} MiB, ratio {peak / estimate:.2f}")
     assert 0.7 < peak / estimate < 1.3

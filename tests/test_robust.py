@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cli_runs import ENV, assert_same_run, launch, metrics, pretrain, pretrain_ddp
+from cli_runs import ENV, assert_same_run, kill_after_checkpoint, launch, metrics, pretrain, pretrain_ddp
 
 SMALL = ["model.num_layers=1", "model.d_model=64", "model.d_kv=16", "model.num_heads=4", "model.d_ff=128",
          "model.vocab_size=2048", "optim.batch_size=8", "optim.warmup_steps=4", "optim.lr=1e-2", "eval.batches=1",
@@ -84,6 +84,55 @@ def test_sigterm_at_a_random_moment_stops_with_a_checkpoint_and_resumes_the_same
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed from {run_dir / 'checkpoints' / f'step_{step:08d}'}" in resumed.stdout
     assert_same_run(run_dir, straight)
+
+
+FP16 = [*RUN, "train.precision=fp16"]
+SCALER_DRIVER = Path(__file__).parent / "fp16_scaler_run.py"  # a loss scale that moves within 40 steps
+
+
+@pytest.fixture(scope="module")
+def straight_fp16(tmp_path_factory, small_data):
+    "The uninterrupted fp16 run (a loss scaler that backs off, then grows) every interrupted one must equal"
+    run_dir = tmp_path_factory.mktemp("straight_fp16")
+    r = pretrain(run_dir, *FP16, *small_data, script=SCALER_DRIVER)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return run_dir
+
+
+def scaler_state(checkpoint: Path) -> dict:
+    return torch.load(checkpoint / "state.pt", weights_only=True)["scaler"]
+
+
+# Catches: the loss scaler's state left out of the checkpoint (a resumed fp16 run restarts at the initial scale and
+# skips steps the uninterrupted run took: other losses, other weights), after kill -9.
+def test_fp16_killed_with_kill_9_resumes_the_same_run(tmp_path, small_data, straight_fp16):
+    kill_after_checkpoint(tmp_path, [*FP16, *small_data], "step_00000020", script=SCALER_DRIVER)
+    saved = scaler_state(tmp_path / "checkpoints" / "step_00000020")
+    print("scaler state at step 20:", saved)
+    assert (saved["scale"], saved["_growth_tracker"]) != (2.0 ** 12, 0), "a fresh scaler's state: nothing to test"
+    assert saved == scaler_state(straight_fp16 / "checkpoints" / "step_00000020")
+    resumed = pretrain(tmp_path, *FP16, *small_data, script=SCALER_DRIVER)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stdout
+    assert_same_run(tmp_path, straight_fp16)
+    assert scaler_state(tmp_path / "checkpoints" / "step_00000040") == \
+        scaler_state(straight_fp16 / "checkpoints" / "step_00000040")
+
+
+# Catches: the same, for a run stopped by SIGTERM at a random moment (Colab's preset stops on time and resumes).
+def test_fp16_stopped_by_sigterm_resumes_the_same_run(tmp_path, small_data, straight_fp16):
+    proc = pretrain(tmp_path, *FP16, *small_data, popen=True, script=SCALER_DRIVER)
+    signal_at_random_moment(proc, tmp_path, seed=os.getpid() + 1)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err.decode()[-3000:]
+    assert scaler_state(latest(tmp_path))["scale"] > 0
+    resumed = pretrain(tmp_path, *FP16, *small_data, script=SCALER_DRIVER)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_same_run(tmp_path, straight_fp16)
+
+
+def latest(run_dir) -> Path:
+    return sorted((Path(run_dir) / "checkpoints").glob("step_*"))[-1]
 
 
 # Catches: processes that stop at different steps (one writes a checkpoint the other never reached, or waits forever
@@ -202,6 +251,61 @@ def test_a_streamed_run_survives_sigterm_to_all_its_processes_and_refuses_change
         train(make_config("cpu-demo", [*run, "data.num_workers=2"]))
     assert "This run reads data.num_workers=2 but" in str(e.value) and "written with data.num_workers=1" in str(e.value)
     assert (tmp_path / "metrics.jsonl").read_text() == before and stopped_at(tmp_path) == step  # refused before compute
+
+
+def children(pid: int) -> set[int]:
+    "Child processes of `pid` (Linux /proc)"
+    found = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found |= {int(c) for c in (task / "children").read_text().split()}
+        except OSError:
+            pass
+    return found
+
+
+def alive(pid: int) -> bool:
+    "Running (not gone, not a zombie waiting to be reaped)"
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# Catches: data workers that outlive a trainer killed outright (SIGKILL: the OOM killer, a preempted VM, a Colab
+# runtime restart). They ignore SIGTERM/SIGINT by design, and one blocked on a full queue never noticed its parent
+# was gone: it held its memory and shared-memory files for good.
+# Idle workers notice on their own within torch's 5-second check (measured: 5.0 s before the fix, 0.05 s after); a
+# worker blocked in its work (`blocked_worker_run.py` makes them sleep in their second block) never did.
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
+@pytest.mark.parametrize("blocked", [False, True], ids=["idle", "blocked"])
+def test_data_workers_die_with_a_trainer_killed_by_sigkill(tmp_path, small_data, blocked):
+    import sys
+    run = [*SMALL, *small_data, "data.streaming=true", "data.shuffle_buffer=64", "data.num_workers=2",
+           "train.total_steps=400", "checkpoint.every_steps=400", "eval.every_steps=400", "logging.every_steps=1",
+           f"logging.run_dir={tmp_path}"]
+    start = [str(Path(__file__).parent / "blocked_worker_run.py")] if blocked else ["-m", "nanot5_edu"]
+    proc = subprocess.Popen([sys.executable, *start, "pretrain", *run], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=ENV, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while last_step(tmp_path) < 3 and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.01)
+        workers = children(proc.pid)
+        assert len(workers) >= 2, f"expected 2 data workers, found {workers}"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        killed = time.time()
+        while any(alive(w) for w in workers) and time.time() < killed + 10:
+            time.sleep(0.05)
+        print(f"workers gone {time.time() - killed:.2f} s after the trainer's SIGKILL")
+        left = [w for w in workers if alive(w)]
+        assert not left, f"data workers {left} outlived the killed trainer by 10 s"
+        assert time.time() - killed < 2, "the workers ended on torch's 5-second check, not with their parent"
+    finally:
+        for w in children(proc.pid) | (workers if "workers" in locals() else set()):
+            if alive(w):
+                os.kill(w, signal.SIGKILL)
 
 
 # Catches: train.max_minutes ignored (a Colab session cut off with the steps since the last checkpoint lost), or a
