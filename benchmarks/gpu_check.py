@@ -241,6 +241,9 @@ def section_colab_t4(args, sizes, device, info) -> dict:
     if device == "cpu":
         over += ["train.precision=bf16"]  # fp16 matmuls are ~400x slower on most CPUs
     cfg = tr.make_config("colab-t4", over)
+    if device == "cuda":  # this run's own peak, not an earlier section's (the H200 run of 2026-12-04 lacked this)
+        import torch
+        torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
     timed = {}
     original = tr.training_stream
     def training_stream(*a, **k):

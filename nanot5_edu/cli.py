@@ -71,10 +71,11 @@ def resource_estimates(cfg, world_size: int = 1, mfu: float = 0.3) -> str:
     from nanot5_edu.train import PEAK_TFLOPS, estimate_memory, estimate_time
     e, GiB = estimate_memory(cfg, world_size), 2 ** 30
     parts = ", ".join(f"{k.replace('_', ' ')} {e[k] / GiB:.1f}" for k in
-                      ("weights", "gradients", "optimizer_state", "weight_copies_16bit", "activations", "logits"))
+                      ("weights", "gradients", "optimizer_state", "weight_copies_16bit", "activations", "attention_bias",
+                       "logits"))
     lines = [f"ESTIMATES, not measurements, for {world_size} process(es) at micro-batch {e['micro_batch']}:",
              f"  GPU memory per process (estimate_memory): {e['total'] / GiB:.1f} GiB = {parts}",
-             f"  time at an assumed {mfu:.0%} MFU (nanoT5 measured 31% on an A100), {cfg.train.total_steps:,} steps:"]
+             f"  time at an assumed {mfu:.0%} MFU (nanoT5's A100 step time comes to 31%), {cfg.train.total_steps:,} steps:"]
     for name, memory in CARDS.items():
         t = estimate_time(cfg, PEAK_TFLOPS[name], mfu, world_size)
         fits = "fits" if e["total"] / GiB < 0.9 * memory else "does NOT fit: raise optim.grad_acc"

@@ -285,7 +285,8 @@ def estimate_memory(cfg: Config, world_size: int = 1, device: str = "cuda", resi
         return (4 * inner + 4 * h * L_k if device == "cpu" else a * inner + 4 * h) + 2 * a * inner
     kv = 2 * 4 * inner if device == "cpu" else 2 * a * inner  # k and v, per key token
     wo_fp32 = cfg.train.precision == "fp16"  # under fp16 `wo` runs in fp32 (lesson 03): its input kept in fp32 too
-    ffn = norm + cast(2) + 4 * a * f + (4 * f if wo_fp32 else 0)  # wi_0 and wi_1 outputs, the GELU, the product
+    # wi_0 and wi_1 outputs, the GELU, the product (wo's input); under fp16 wo keeps an fp32 copy of it instead
+    ffn = norm + cast(2) + (3 * a * f + 4 * f if wo_fp32 else 4 * a * f)
     encoder = norm + cast(3) + attention(L_in) + kv + ffn
     decoder = (norm + cast(3) + attention(L_t) + kv) + (norm + cast(1) + attention(L_in)) + ffn
     enc_tok, dec_tok = micro * L_in, micro * L_t

