@@ -177,7 +177,7 @@ class PaddingCollator:
         labels = torch.full((len(examples), tgt_len), -100, dtype=torch.long)
         for i, (s, t) in enumerate(examples):
             input_ids[i, :len(s)], labels[i, :len(t)] = torch.tensor(s), torch.tensor(t)
-        # the decoder reads the start token, then each target but the last: its padding follows the labels' by one
+        # the decoder reads the start token, then the targets: its real inputs run one position past the labels' end
         decoder_mask = torch.cat([torch.ones_like(labels[:, :1]), (labels[:, :-1] != -100).long()], dim=1)
         return {"input_ids": input_ids, "attention_mask": (input_ids != self.pad_id).long(), "labels": labels,
                 "decoder_attention_mask": decoder_mask}

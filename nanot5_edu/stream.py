@@ -93,33 +93,48 @@ class ShuffleCorruptBlock:
         return self.collator(rows[torch.randperm(len(rows), generator=generator)])
 
 
-def _die_with_parent():
+class _WorkerInit:
+    """`worker_init_fn` of the data workers: SIGINT / SIGTERM sent to every process (Ctrl-C, Slurm) are the training
+    process's to handle; the worker ends with the training process instead (`_die_with_trainer`), even when that one
+    is killed by SIGKILL. Made in the training process, so it knows that process's pid whatever the start method"""
+
+    def __init__(self):
+        self.trainer = os.getpid()
+
+    def __call__(self, worker_id: int):
+        import signal
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        _die_with_trainer(self.trainer)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _die_with_trainer(trainer: int):
     "In a data worker: end as soon as the training process is gone, killed or not, whatever the worker is blocked on"
-    import multiprocessing, signal, sys, threading
-    parent = multiprocessing.parent_process()
-    parent_pid = parent.pid if parent is not None else os.getppid()
-    if sys.platform.startswith("linux"):  # the kernel sends SIGKILL when the thread that started us exits
-        import ctypes
+    import signal, sys, threading
+    parent = os.getppid()
+    if parent == trainer and sys.platform.startswith("linux"):  # started by the trainer itself (fork, spawn):
+        import ctypes                                            # the kernel sends SIGKILL when it exits
         try:
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
-    def watch():  # elsewhere (and as a second line): notice a new parent (the dead one's orphans are re-parented)
-        while os.getppid() == parent_pid:
+        if os.getppid() != trainer:  # it died before the signal was set
+            os._exit(1)
+    def watch():  # elsewhere too (a forkserver's child, macOS): poll, and end the worker once the trainer is gone
+        while os.getppid() == parent and _alive(trainer):
             time.sleep(1.0)
         os._exit(1)
-    if os.getppid() != parent_pid:  # it died before the signal was set
-        os._exit(1)
-    threading.Thread(target=watch, daemon=True, name="die-with-parent").start()
-
-
-def _ignore_stop_signals(worker_id: int):
-    """In a data worker: SIGINT / SIGTERM sent to every process (Ctrl-C, Slurm) are the training process's to handle;
-    the worker ends with the training process instead (`_die_with_parent`), even when that one is killed by SIGKILL"""
-    import signal
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    _die_with_parent()
+    threading.Thread(target=watch, daemon=True, name="die-with-trainer").start()
 
 
 _open_streams = weakref.WeakSet()  # streams with live workers: closed when Python exits
@@ -166,7 +181,7 @@ class StreamingBatches:
                                               num_workers=self.num_workers, pin_memory=torch.cuda.is_available(),
                                               prefetch_factor=self.prefetch if self.num_workers else None,
                                               generator=torch.Generator().manual_seed(self.seed),
-                                              worker_init_fn=_ignore_stop_signals)
+                                              worker_init_fn=_WorkerInit())
         if self._resume_from is not None:
             self._loader.load_state_dict(self._resume_from)
         self._iter, self._resume_from, self._batches_this_epoch = iter(self._loader), None, 0

@@ -670,22 +670,23 @@ def results_file(name: str) -> Path:
 
 # %%
 #| hide
-test_eq(results_file("demo_run.json"), Path("results/demo_run.json"))  # in the repository: nbs/results
-_env = {k: os.environ.get(k) for k in ("NANOT5_EDU_RESULTS_URL", "NANOT5_EDU_CACHE")}
-os.environ["NANOT5_EDU_RESULTS_URL"], os.environ["NANOT5_EDU_CACHE"] = Path("results").absolute().as_uri(), str(tmp / "cache")
-os.environ["NANOT5_EDU_NO_PACKAGED_RESULTS"] = "1"  # the network fallback, as if no package copy existed
-_cwd = os.getcwd(); os.chdir(tmp)  # elsewhere: fetched (here from a file:// URL standing in for the repository)
-try:
-    test_eq(results_file("demo_run.json").read_bytes(), (Path(_cwd) / "results" / "demo_run.json").read_bytes())
-    test_eq(results_file("no_such.json"), Path("results/no_such.json"))
-    from nanot5_edu.data import _packaged_results  # the package's copy: a wheel's, or this checkout's nbs/results
-    test_eq(_packaged_results("demo_run.json").read_bytes(), (Path(_cwd) / "results" / "demo_run.json").read_bytes())
-finally:
-    os.chdir(_cwd)
-    os.environ.pop("NANOT5_EDU_NO_PACKAGED_RESULTS", None)
-    for k, v in _env.items():
-        if v is None: os.environ.pop(k, None)
-        else: os.environ[k] = v
+if Path("results/demo_run.json").exists():  # run from the repository's nbs/ (elsewhere, e.g. on Colab, nothing to compare)
+    test_eq(results_file("demo_run.json"), Path("results/demo_run.json"))  # in the repository: nbs/results
+    _env = {k: os.environ.get(k) for k in ("NANOT5_EDU_RESULTS_URL", "NANOT5_EDU_CACHE")}
+    os.environ["NANOT5_EDU_RESULTS_URL"], os.environ["NANOT5_EDU_CACHE"] = Path("results").absolute().as_uri(), str(tmp / "cache")
+    os.environ["NANOT5_EDU_NO_PACKAGED_RESULTS"] = "1"  # the network fallback, as if no package copy existed
+    _cwd = os.getcwd(); os.chdir(tmp)  # elsewhere: fetched (here from a file:// URL standing in for the repository)
+    try:
+        test_eq(results_file("demo_run.json").read_bytes(), (Path(_cwd) / "results" / "demo_run.json").read_bytes())
+        test_eq(results_file("no_such.json"), Path("results/no_such.json"))
+        from nanot5_edu.data import _packaged_results  # the package's copy: a wheel's, or this checkout's nbs/results
+        test_eq(_packaged_results("demo_run.json").read_bytes(), (Path(_cwd) / "results" / "demo_run.json").read_bytes())
+    finally:
+        os.chdir(_cwd)
+        os.environ.pop("NANOT5_EDU_NO_PACKAGED_RESULTS", None)
+        for k, v in _env.items():
+            if v is None: os.environ.pop(k, None)
+            else: os.environ[k] = v
 
 # %%
 #| hide

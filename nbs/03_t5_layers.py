@@ -457,11 +457,14 @@ test_close(ff(x), ref_ff(x), eps=1e-6)
 # ### fp16 and the feed-forward
 #
 # GPUs without bf16 (Colab's T4) train in fp16, whose largest number is 65,504. Under fp16 autocast every `nn.Linear`
-# runs in fp16, and `wo` is where T5 v1.1's activations grow largest: once one of its outputs passes 65,504 it becomes
-# `inf`, and the loss `nan`. HF's T5 keeps `wo` in fp32 for the same reason (`_keep_in_fp32_modules = ["wo"]` in
-# `modeling_t5.py`). So does ours: under fp16 autocast `wo` runs with autocast off, in fp32, and its output joins the
-# residual stream, which is fp32 already. bf16 has fp32's range and needs no guard. The check below scales `wo` until
-# its outputs reach about 10⁵ and runs the layer three ways (CPU autocast supports fp16 too).
+# runs in fp16, and `wo` is where T5 v1.1's activations grow largest: once one of its outputs grows past fp16's range
+# it becomes `inf`, and the loss `nan`. HF's T5 guards the same place in its own ways: it keeps `wo`'s weights in
+# fp32 when a model is loaded in half precision (`_keep_in_fp32_modules = ["wo"]` in `modeling_t5.py`, added for
+# flan-t5-xxl) and clamps fp16 hidden states that reach `inf`. Ours computes `wo` in fp32 under fp16 autocast (autocast
+# off for that one matmul); its output joins the residual stream, which is fp32 already. bf16 has fp32's range and
+# needs no guard. The price is one matmul in fp32: 3.5% of a T5-Base fp16 step on an H200 with TF32, 30% without TF32
+# (`benchmarks/fp16_path.py`, results in `benchmarks/results/h200_2026-12-04/`); a T4 has no TF32. The check below
+# scales `wo` until its outputs reach about 10⁵ and runs the layer three ways (CPU autocast supports fp16 too).
 
 # %%
 big = GatedFeedForward(cfg)

@@ -148,11 +148,15 @@ test_eq((enc_cache.cross_attn, dec_cache.cross_attn.k.shape), (None, (2, cfg.num
 # %% [markdown]
 # A stack embeds, runs its blocks with the position bias of block 0 (+ mask), and ends with a final norm.
 # The decoder's mask is causal; padding masks hide padded keys (the encoder's, and the decoder's own when fine-tuning
-# pads its targets). Masked entries get **half the most negative value of the compute dtype** (−1.7·10³⁸ in fp32,
-# −32,752 in fp16): a score added to the dtype's own minimum, as HF adds it, can pass the end of the range in fp16
-# and become `-inf`, and a row whose keys are all padding would then be all `-inf`, whose softmax is `nan`. With
-# half the minimum the row stays finite. The bias is cast to the compute dtype (autocast's, when it is on) **once per
-# stack**: every block shares one tensor, instead of each keeping its own 16-bit copy for the backward pass.
+# pads its targets; with padding on the right the causal mask already hides those positions from every real one, so
+# the decoder's mask changes no loss, and it makes the decoder's bias one [batch, heads, L, L] tensor instead of
+# [1, heads, L, L]). Masked entries get **half the most negative value of the compute dtype** (−1.7·10³⁸ in fp32,
+# −32,752 in fp16) and stay finite: the dtype's own minimum (HF's choice) becomes `-inf` once cast to 16 bits or
+# added to a negative score, and a row whose keys are all padding is then all `-inf`, whose textbook softmax is
+# `nan`. torch's attention kernels special-case such rows (finite either way on this CPU and on an H200:
+# `benchmarks/fp16_path.py`), so this is a safeguard for any code that does not. The bias is cast to the compute
+# dtype (autocast's, when it is on) **once per stack**: every block shares one tensor, instead of each keeping its
+# own 16-bit copy for the backward pass.
 
 # %%
 #| export
@@ -218,8 +222,8 @@ class Stack(nn.Module):
 
 # %% [markdown]
 # What every layer of a stack receives, for a padded batch of two rows (12 encoder tokens, the second row
-# padded after 8; 6 decoder tokens): the position bias of head 0 plus the mask, where masked entries
-# (−1.7·10³⁸ in fp32, so the softmax gives them weight 0) are drawn black. Cross-attention has no position bias,
+# padded after 8; 6 decoder tokens): the position bias of head 0, its masked entries replaced by −1.7·10³⁸ (fp32:
+# the softmax gives them weight 0) and drawn black. Cross-attention has no position bias,
 # only the encoder's padding mask. The bias table here is random, as at init.
 
 # %%
@@ -529,7 +533,7 @@ for cfg in test_configs:
     hf_grads = dict(hf.named_parameters())
     for name, p in ours.named_parameters():
         test_close(p.grad, hf_grads[name].grad, eps=1e-4)
-    # fine-tuning pads the targets: a decoder padding mask (1 up to each row's last target) gives HF's logits too
+    # fine-tuning pads the targets: a decoder padding mask (1 on the start token and every target) gives HF's logits
     dec_mask = torch.cat([torch.ones_like(labels[:, :1]), (labels[:, :-1] != -100).long()], dim=1)
     with torch.no_grad():
         test_close(ours(ids, am, labels=labels, decoder_attention_mask=dec_mask).logits,

@@ -340,9 +340,9 @@ print(f"EXTRAPOLATION (a straight line in log-compute through two points, not a 
 # log-compute through those two points — **an extrapolation, not a measurement**: one seed each, and nothing says
 # the growth stays linear (it could speed up once the model learns to copy from its input, or flatten) — reaches
 # 0.1 at about 80× the demo's compute: about 14 hours of this CPU, or, at the demo's 7.4e13 FLOPs per run, about
-# 6e15 FLOPs: about a minute of an A100 at 31% MFU (what nanoT5's ~0.56 s a step for T5-Base on an A100 comes to) (the demo's tiny model would use
-# an A100 far less well, so longer in practice). That is the scale of the question: span filling is a skill that needs far more compute than 10 CPU
-# minutes give, which is why nanoT5 trains for 16 hours on a GPU.
+# 6e15 FLOPs: about a minute of an A100 at 31% MFU, what nanoT5's ~0.56 s a step for T5-Base on an A100 comes to
+# (the demo's tiny model would use an A100 far less well, so longer in practice). That is the scale of the question:
+# span filling, on this trend, needs far more compute than 10 CPU minutes give.
 
 # %% [markdown]
 # **A first test of the line: the same recipe, twice as long.** The demo's command with `train.total_steps=6000`

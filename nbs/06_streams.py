@@ -176,7 +176,7 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 
 # %% [markdown]
 # One process, on one core, prepares text at no more than about the rate the GPU consumes it: the printed
-# speeds (they vary with the machine's load: 0.31M raw tokens/s for the whole pipeline in the saved output above,
+# speeds (they vary with the machine's load: 0.30M raw tokens/s for the whole pipeline in the saved output above,
 # up to 0.56M over our runs on this 2-core machine) against 660k needed at 50% MFU, or ≈ 410k at the 31% MFU that nanoT5's A100 step time comes to ([07](07_config.ipynb)); and the training process has other work too (launching
 # kernels, logging, checkpoints). Fed by the training process itself, a GPU would wait for text for part of every
 # step, and a faster GPU or a better MFU would make it worse. So, like nanoT5, the text is prepared in
@@ -237,33 +237,48 @@ class ShuffleCorruptBlock:
         return self.collator(rows[torch.randperm(len(rows), generator=generator)])
 
 
-def _die_with_parent():
+class _WorkerInit:
+    """`worker_init_fn` of the data workers: SIGINT / SIGTERM sent to every process (Ctrl-C, Slurm) are the training
+    process's to handle; the worker ends with the training process instead (`_die_with_trainer`), even when that one
+    is killed by SIGKILL. Made in the training process, so it knows that process's pid whatever the start method"""
+
+    def __init__(self):
+        self.trainer = os.getpid()
+
+    def __call__(self, worker_id: int):
+        import signal
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        _die_with_trainer(self.trainer)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _die_with_trainer(trainer: int):
     "In a data worker: end as soon as the training process is gone, killed or not, whatever the worker is blocked on"
-    import multiprocessing, signal, sys, threading
-    parent = multiprocessing.parent_process()
-    parent_pid = parent.pid if parent is not None else os.getppid()
-    if sys.platform.startswith("linux"):  # the kernel sends SIGKILL when the thread that started us exits
-        import ctypes
+    import signal, sys, threading
+    parent = os.getppid()
+    if parent == trainer and sys.platform.startswith("linux"):  # started by the trainer itself (fork, spawn):
+        import ctypes                                            # the kernel sends SIGKILL when it exits
         try:
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
-    def watch():  # elsewhere (and as a second line): notice a new parent (the dead one's orphans are re-parented)
-        while os.getppid() == parent_pid:
+        if os.getppid() != trainer:  # it died before the signal was set
+            os._exit(1)
+    def watch():  # elsewhere too (a forkserver's child, macOS): poll, and end the worker once the trainer is gone
+        while os.getppid() == parent and _alive(trainer):
             time.sleep(1.0)
         os._exit(1)
-    if os.getppid() != parent_pid:  # it died before the signal was set
-        os._exit(1)
-    threading.Thread(target=watch, daemon=True, name="die-with-parent").start()
-
-
-def _ignore_stop_signals(worker_id: int):
-    """In a data worker: SIGINT / SIGTERM sent to every process (Ctrl-C, Slurm) are the training process's to handle;
-    the worker ends with the training process instead (`_die_with_parent`), even when that one is killed by SIGKILL"""
-    import signal
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    _die_with_parent()
+    threading.Thread(target=watch, daemon=True, name="die-with-trainer").start()
 
 
 _open_streams = weakref.WeakSet()  # streams with live workers: closed when Python exits
@@ -310,7 +325,7 @@ class StreamingBatches:
                                               num_workers=self.num_workers, pin_memory=torch.cuda.is_available(),
                                               prefetch_factor=self.prefetch if self.num_workers else None,
                                               generator=torch.Generator().manual_seed(self.seed),
-                                              worker_init_fn=_ignore_stop_signals)
+                                              worker_init_fn=_WorkerInit())
         if self._resume_from is not None:
             self._loader.load_state_dict(self._resume_from)
         self._iter, self._resume_from, self._batches_this_epoch = iter(self._loader), None, 0
@@ -381,15 +396,15 @@ test_eq([w.is_alive() for st in (stream, resumed) for w in st._loader._iterator.
 
 
 # %% [markdown]
-# Why `close()`: the workers ignore SIGINT and SIGTERM (`_ignore_stop_signals`), because a Ctrl-C or a cluster's
+# Why `close()`: the workers ignore SIGINT and SIGTERM (`_WorkerInit`), because a Ctrl-C or a cluster's
 # SIGTERM reaches every process, and stopping is the training process's job: it finishes its step and writes a
 # checkpoint ([08](08_real_runs.ipynb)). But then nothing outside the stream can stop them: a Python that exits
 # with them alive sends them SIGTERM (`multiprocessing`'s exit handler) and waits for them to end, forever. So
 # `close()` stops them (the DataLoader's own stop, then SIGKILL for a worker still busy), `train` calls it when
 # training ends, and a stream still open when Python exits is closed first. A training process killed outright
 # (`kill -9`, the out-of-memory killer, a Colab runtime restart) runs none of that, so each worker also asks the
-# kernel to kill it when its parent dies (Linux's `PR_SET_PDEATHSIG`) and keeps a thread that exits once its parent
-# is gone (`_die_with_parent`): otherwise a worker blocked on a full queue would hold its memory and shared-memory
+# kernel to kill it when its parent dies (Linux's `PR_SET_PDEATHSIG`, when the trainer started it directly) and keeps
+# a thread that ends the worker once the trainer is gone (`_die_with_trainer`): otherwise a worker blocked on a full queue would hold its memory and shared-memory
 # files for good (`tests/test_robust.py` kills a trainer with SIGKILL and finds no worker left).
 #
 # What `train` ([08](08_real_runs.ipynb)) calls: the corpus's documents (`load_texts`: in memory, or a stream for C4,

@@ -622,12 +622,12 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 # overflowed — so the NaN guard of `fit` ([08](08_real_runs.ipynb)), which reads losses, does not stop the run; the logged gradient norm of a
 # skipped step is inf or NaN (`tests/test_precision_memory.py` forces skipped steps and checks both). **fp32 where it matters**: master weights, the residual stream and the loss stay fp32, as in
 # bf16. Loss scaling cannot fix an *activation* above 65,504. T5's largest are the feed-forward's `wo` outputs, so
-# under fp16 `wo` runs in fp32 ([03](03_t5_layers.ipynb); HF keeps `wo` in fp32 for the same reason), and nanoT5 lists
-# fp16 among what diverged for T5-Base. Whether the small models here stay in range elsewhere is a question to
-# measure.
+# under fp16 our `wo` runs in fp32 ([03](03_t5_layers.ipynb); HF's T5 clamps fp16 hidden states instead). nanoT5
+# lists fp16 among what diverged for T5-Base. Whether the small models here stay in range elsewhere is a question to
+# measure. (The simulation below rounds every `Linear`, `wo` included, so it is stricter than `train.precision=fp16`,
+# whose `wo` runs in fp32; the real fp16 autocast it is compared with runs that guarded path.)
 #
-# Most CPUs have no fp16 matmul units (on this course's 2-core machine fp16 matmuls ran at ~1 GFLOP/s, bf16 at
-# hundreds: see the saved output of the MFU section), so we *simulate* fp16 autocast
+# Most CPUs have no fp16 matmul units (fp16 matmuls run far slower than bf16 there), so we *simulate* fp16 autocast
 # in fp32 arithmetic: every `Linear` rounds its input, its weight and its output to fp16 and back, in the forward
 # pass and for the gradients in the backward pass, so values above 65,504 become inf and tiny gradients zero, as on
 # a GPU. First, the simulation against real fp16 autocast on one small batch of the demo model (at its initial weights). On these values the two agree to within

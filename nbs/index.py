@@ -180,9 +180,13 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 #   against them on your GPU. It has run once, on an H200 (torch 2.11, 2026-12-04;
 #   `benchmarks/results/h200_2026-12-04/gpu_check.json`): T5-Base at micro-batch 32 (512 → 114 tokens) took 101.6 ms
 #   a step in bf16, 119.6 in fp16 and 134.6 in fp32 (TF32), peaking at 19.6 GiB in bf16 against the estimate's 17.3;
-#   the `t5-base` preset's micro-batch of 128 peaked at 68.5 GiB against 56.7 (339.9 ms a step, uncompiled); our bf16
-#   step took 114.2 ms where HF's T5 took 174.0 on the same weights. The MFU it logged (13.6% in bf16 at micro-batch
-#   32, 16.2% at 128) is well below the 30% the time column assumes: read those times as a lower bound.
+#   the `t5-base` preset's micro-batch of 128 peaked at 68.5 GiB against 56.7 (339.9 ms a step, uncompiled): uncompiled
+#   peaks ran 1.07–1.21× the estimates, compiled 0.92×. In its side-by-side section our bf16 step took 114.2 ms where
+#   HF's T5 took 174.0 on the same weights (the same step timed in two sections of one run: 101.6 and 114.2 ms). fp16
+#   pays for its safety: the loss scaler's one host sync per step (7.4 ms of a 120 ms step) and `wo` in fp32 (3.5% with
+#   TF32; `fp16_path.json`, `fp16_path_2.json`). The MFU it logged (13.6% in bf16 at micro-batch 32, 16.2% at 128) is
+#   well below the 30% the time column assumes: read those times as a lower bound, the T4's more so (no TF32 for the
+#   fp32 `wo`). (That run's `colab_t4` peak memory is an earlier section's: the check now resets it.)
 #
 #   | preset | what it trains | precision, micro-batch | GPU memory (estimate) | time (estimate, 30% MFU) |
 #   |---|---|---|---|---|

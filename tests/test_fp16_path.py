@@ -185,10 +185,10 @@ def test_no_graph_breaks_in_pretraining_and_finetuning_forward(precision):
         assert explained.graph_break_count == 0, explained.break_reasons
 
 
-# Catches: fine-tuning under train.compile recompiling for every new batch length (until dynamo's cache limit, then
-# running uncompiled: measured on an H200 without buckets, benchmarks/results/): lengths padded to powers of two leave
-# a bounded set of shapes, and forward + backward over 12 varied batches compile a few graphs (3 when written: the
-# first shape, then dynamic lengths, then one more specialisation; at most 4 here).
+# Catches: fine-tuning under train.compile meeting a new shape at every batch (on an H200, 12 batches of 12 lengths
+# took 75 s to compile and run against 21 s bucketed: benchmarks/results/h200_2026-12-04/fp16_path.json): lengths
+# padded to powers of two leave a bounded set of shapes, and forward + backward over 12 varied batches compile a few
+# graphs (3 when written: the first shape, then dynamic lengths, then one more specialisation; at most 4 here).
 def test_compiled_finetuning_sees_few_shapes_and_compiles_few_graphs():
     import torch._dynamo as dynamo
     torch.manual_seed(0)
