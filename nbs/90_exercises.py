@@ -344,17 +344,23 @@ def _judge_span_draws(fn):
         return f"ten different seeds all gave the same lengths ({draws[0][0].tolist()}, {draws[0][1].tolist()})"
 
 
-def _judge_span_distribution(fn, draws: int = 2000):
+def _judge_span_distribution(fn, draws: int = 4000):
+    "Every span's length (not only the first's) against its exact distribution: each part of a uniform split has it"
     g = torch.Generator().manual_seed(123)
-    firsts = torch.tensor([[int(x[0]) for x in fn(40, 0.3, 3.0, g)] for _ in range(draws)])  # 12 noise / 4 spans; 28 kept
-    for col, m, what in ((0, 12, "first noise span"), (1, 28, "first non-noise span")):
+    parts = [fn(40, 0.3, 3.0, g) for _ in range(draws)]  # 12 noise tokens in 4 spans; 28 kept in 4
+    for which, m, what in ((0, 12, "noise span"), (1, 28, "non-noise span")):
+        lengths = torch.tensor([[int(v) for v in p[which]] for p in parts])
+        if lengths.shape[1] != 4:
+            return f"expected 4 {what}s, got {lengths.shape[1]}"
         exact = _first_part_distribution(m, 4)
-        seen = torch.bincount(firsts[:, col].clamp(0, m), minlength=m + 1).double() / draws
-        tv = 0.5 * (seen - exact).abs().sum().item()
-        if tv > 0.08:
-            top = lambda p: ", ".join(f"{k}: {p[k]:.2f}" for k in range(1, 5))
-            return (f"over {draws} draws the length of the {what} is distributed as [{top(seen)}, ...], expected "
-                    f"[{top(exact)}, ...] (total variation {tv:.2f} > 0.08)")
+        for col in range(4):
+            seen = torch.bincount(lengths[:, col].clamp(0, m), minlength=m + 1).double() / draws
+            tv = 0.5 * (seen - exact).abs().sum().item()
+            if tv > 0.08:
+                top = lambda p: ", ".join(f"{k}: {p[k]:.2f}" for k in range(1, 5))
+                return (f"over {draws} draws the length of {what} {col + 1} of 4 is distributed as [{top(seen)}, ...], "
+                        f"expected [{top(exact)}, ...] (total variation {tv:.2f} > 0.08); every span, the last "
+                        "included, must be able to hold a single token")
 
 
 @exercise("noise_span_lengths", "02_span_corruption",
@@ -411,6 +417,18 @@ def _judge_mask_layout(length, density, mean_span):
     return judge
 
 
+def _judge_mask_draws(fn):
+    torch.manual_seed(0)  # the global generator moves between the two calls: a function that uses it differs
+    a = fn(40, 0.3, 3.0, torch.Generator().manual_seed(1))
+    torch.manual_seed(1)
+    b = fn(40, 0.3, 3.0, torch.Generator().manual_seed(1))
+    if not torch.equal(torch.as_tensor(a), torch.as_tensor(b)):
+        return "two calls with generators seeded alike gave different masks"
+    masks = [torch.as_tensor(fn(40, 0.3, 3.0, torch.Generator().manual_seed(seed))) for seed in range(2, 12)]
+    if all(torch.equal(m, masks[0]) for m in masks):
+        return f"ten different seeds all gave the same mask ({masks[0].long().tolist()})"
+
+
 def _judge_mask_marginals(fn, draws: int = 2000):
     import numpy as np
     from nanot5_edu.spans import example_noise_mask, random_spans_noise_mask
@@ -439,6 +457,8 @@ def _noise_mask_cases():
     yield Case("2,000 draws of length=40, noise_density=0.3, mean_noise_span_length=3",
                "the spans are placed at random: draw both sets of lengths with the generator (every split equally "
                "likely) and interleave them", _judge_mask_marginals)
+    yield Case("the same seed twice, then ten seeds", "draw all randomness from the `generator` argument (not from "
+               "torch's global generator or Python's random)", _judge_mask_draws)
 
 
 # %% [markdown]
@@ -563,7 +583,11 @@ def _bucket_cases():
                                       "query (offset > 0) are all bucket 0"),
             (-300, 300, False, 32, 128, "unidirectional over the whole range, capped at num_buckets - 1"),
             (-300, 300, True, 8, 20, "other sizes: nothing may be hard-coded to 32 / 128"),
-            (-300, 300, False, 64, 256, "other sizes: nothing may be hard-coded to 32 / 128")]:
+            (-300, 300, False, 64, 256, "other sizes: nothing may be hard-coded to 32 / 128"),
+            (-300, 300, True, 32, 100, "max_distance / max_exact need not be a whole number (100 / 8 = 12.5): "
+                                       "divide as floats inside the logarithm, never with //"),
+            (-300, 300, False, 24, 50, "num_buckets and max_distance need not be powers of two (50 / 12): float "
+                                       "division inside the logarithm")]:
         rel = torch.arange(lo, hi + 1)
         expected = _agree("relative_position_bucket", relative_position_bucket(rel, bidirectional, nb, md),
                           hf(rel, bidirectional=bidirectional, num_buckets=nb, max_distance=md))
@@ -601,7 +625,10 @@ def _rms_cases():
              "eps goes INSIDE the square root: x / sqrt(mean(x**2) + eps), not x / (sqrt(mean(x**2)) + eps)"),
             ("bf16 x and bf16 weight", (x.bfloat16(), w.bfloat16(), 1e-6),
              "compute mean(x**2) in float32, cast the normalized x to the weight's dtype, then multiply: a bf16 "
-             "input gives a bf16 output")]:
+             "input gives a bf16 output"),
+            ("fp16 x of size ~300 and fp16 weight", ((150 * x).half(), w.half(), 1e-6),
+             "in fp16, x**2 overflows past 65,504 (|x| > 256): take the mean of squares in float32 (x.float()), "
+             "then cast the normalized x back to fp16 before multiplying by the weight")]:
         expected, tol = _rms_oracles(*args)
         yield Case(label, hint, _returns(expected, lambda fn, args=args: fn(*(a.clone() if isinstance(a, torch.Tensor)
                                                                             else a for a in args)),
@@ -921,10 +948,17 @@ def _span_gain_cases():
 
 # %%
 #| export
-def _micro_batches(n: int, rows: int = 2, seed: int = 0) -> list[dict]:
+def _micro_batches(n: int, rows: int = 2, seed: int = 0, unequal: bool = False) -> list[dict]:
+    "n micro-batches; `unequal`: 1, 2, 3, ... rows, and some labels -100 (unequal token counts, as padding makes)"
     g = torch.Generator().manual_seed(seed)
-    return [{"input_ids": torch.randint(2, 64, (rows, 10), generator=g),
-             "labels": torch.randint(2, 64, (rows, 5), generator=g)} for _ in range(n)]
+    out = []
+    for i in range(n):
+        r = i + 1 if unequal else rows
+        labels = torch.randint(2, 64, (r, 5), generator=g)
+        if unequal:
+            labels[:, 5 - (i % 3) - 1:] = -100  # 4, 3, 2, ... counted target tokens a row
+        out.append({"input_ids": torch.randint(2, 64, (r, 10), generator=g), "labels": labels})
+    return out
 
 
 def _grads(model, batch, scale: float = 1.0) -> list[torch.Tensor]:
@@ -934,15 +968,24 @@ def _grads(model, batch, scale: float = 1.0) -> list[torch.Tensor]:
     return [p.grad.clone() for p in model.parameters()], loss.item()
 
 
-def _judge_train_step(n: int, calls: int):
+def _mean_of_micro_losses_grads(model, batches) -> list[torch.Tensor]:
+    "One graph: the mean of the micro-batch losses, back-propagated once"
+    model.zero_grad(set_to_none=True)
+    (sum(model(b["input_ids"], labels=b["labels"]).loss for b in batches) / len(batches)).backward()
+    return [p.grad.clone() for p in model.parameters()], None
+
+
+def _judge_train_step(n: int, calls: int, unequal: bool = False):
     lr = 0.5
     model = _tiny_t5()
     start = [p.detach().clone() for p in model.parameters()]
-    steps = [_micro_batches(n, seed=c) for c in range(calls)]
+    steps = [_micro_batches(n, seed=c, unequal=unequal) for c in range(calls)]
     full, by_hand, losses = _tiny_t5(), _tiny_t5(), []
-    for batches in steps:  # oracle 1: the whole batch at once; oracle 2: micro-batch gradients summed by hand
-        whole = {k: torch.cat([b[k] for b in batches]) for k in batches[0]}
-        g_full, _ = _grads(full, whole)
+    for batches in steps:  # oracle 1: one graph (equal micro-batches: the whole batch at once, concatenated); oracle 2:
+        if unequal:        # micro-batch gradients summed by hand
+            g_full, _ = _mean_of_micro_losses_grads(full, batches)
+        else:
+            g_full, _ = _grads(full, {k: torch.cat([b[k] for b in batches]) for k in batches[0]})
         parts = [_grads(by_hand, b) for b in batches]
         g_hand = [sum(gs) / n for gs in zip(*[p[0] for p in parts])]
         losses.append(sum(p[1] for p in parts) / n)
@@ -986,6 +1029,10 @@ def _train_step_cases():
     yield Case("two micro-batches, two steps in a row",
                "zero the gradients after optimizer.step() (optimizer.zero_grad()): otherwise the next step adds this "
                "step's gradients again", _judge_train_step(2, 2))
+    yield Case("three micro-batches of 1, 2 and 3 rows with -100 labels (unequal token counts)",
+               "scale each micro-batch's own loss by 1/len(micro_batches) and back-propagate it separately: "
+               "concatenating the micro-batches (or weighting them by rows or tokens) gives another step when their "
+               "sizes differ", _judge_train_step(3, 1, unequal=True))
 
 
 # %% [markdown]
@@ -1038,7 +1085,7 @@ def _rouge_score_l(prediction: str, references: list[str]) -> float:
 
 @exercise("rouge_l", "09_finetuning", "rouge_l(prediction: str, references: list[str]) -> float",
           "Rouge-L F-measure × 100 of a prediction, the best over the references: lower-case both texts and split them "
-          "into words at anything that is not a letter or a digit; with L the length of their longest common "
+          "into words at anything that is not a-z or 0-9 (ASCII, as the rouge_score package does); with L the length of their longest common "
           "subsequence (words in order, gaps allowed), P = L / len(prediction words), R = L / len(reference words), "
           "F = 2PR / (P + R) (0 when L = 0).")
 def _rouge_cases():
@@ -1056,6 +1103,15 @@ def _rouge_cases():
              "lower-case, and split into words at anything that is not a letter or a digit (punctuation goes)"),
             ("the cat sat", ["a dog ran", "the cat sat down"], 2 * 0.75 / 1.75 * 100,
              "with several references the score is the MAX over them, not the mean"),
+            ("state-of-the-art results", ["state of the art results"], 100.0,
+             "punctuation INSIDE a word splits it too: 'state-of-the-art' is 4 words"),
+            ("U.S. policy", ["us policy"], 40.0,
+             "'U.S.' is the words 'u' and 's' (dots split): LCS 1 ('policy'), P = 1/3, R = 1/2"),
+            ("snake_case names", ["snake case names"], 100.0,
+             "an underscore is not a letter or a digit: it splits words (regex \\w counts it as a letter)"),
+            ("café au lait", ["caf au lait"], 100.0,
+             "only a-z and 0-9 are word characters (as in the rouge_score package SNI is scored with): 'é' splits "
+             "'café' into 'caf'"),
             ("", ["the cat"], 0.0, "an empty prediction scores 0")]:
         expected = _agree("rouge_l", _agree("rouge_l", rouge_l(pred, refs), _rouge_score_l(pred, refs), atol=1e-9),
                           hand, atol=1e-9)
@@ -1076,7 +1132,14 @@ def _exact_match_cases():
              "remove punctuation (string.punctuation) and squeeze white space (' '.join(text.split()))"),
             ("blue whale", ["blue"], 0.0, "the whole normalized text must be equal, not contain the reference"),
             ("a dog", ["dog"], 0.0, "articles are KEPT (Tk-Instruct's rule, unlike SQuAD's, which drops a/an/the)"),
-            ("blue", ["red", "Blue!"], 100.0, "any reference may match")]:
+            ("blue", ["red", "Blue!"], 100.0, "any reference may match"),
+            ("U.S.", ["us"], 100.0, "punctuation is REMOVED, not replaced by a space: 'U.S.' becomes 'us'"),
+            ("state-of-the-art", ["state of the art"], 0.0,
+             "removing the hyphens joins the words ('stateoftheart'): it does not equal 'state of the art'"),
+            ("don't_stop", ["dont stop"], 0.0,
+             "the underscore is in string.punctuation too: removed, it joins 'dont' and 'stop' into one word"),
+            ("Café", ["café"], 100.0, "non-ASCII letters are letters: lower-case them and keep them"),
+            ("café", ["caf"], 0.0, "only string.punctuation is removed: 'é' is not punctuation")]:
         expected = _agree("exact_match", exact_match(pred, refs), hand)
         yield Case(f"prediction={pred!r}, references={refs!r}", hint,
                    _returns(expected, lambda fn, pred=pred, refs=refs: fn(pred, list(refs))))

@@ -125,6 +125,16 @@ def span_lengths_multinomial(length, noise_density, mean_noise_span_length, gene
     return parts(num_noise, num_spans), parts(length - num_noise, num_spans)
 
 
+@wrong("noise_span_lengths", "the last included")
+def span_lengths_last_never_one(length, noise_density, mean_noise_span_length, generator):
+    def parts(n, s):  # an off-by-one: cut points among the first n - 2 places, so the last part holds 2 or more
+        places = n - 2 if n - 2 >= s - 1 else n - 1  # (where that leaves too few places, the right count)
+        cuts = torch.randperm(places, generator=generator)[:s - 1].sort().values + 1
+        return torch.cat([torch.tensor([0]), cuts, torch.tensor([n])]).diff()
+    num_noise, num_spans = _counts(length, noise_density, mean_noise_span_length)
+    return parts(num_noise, num_spans), parts(length - num_noise, num_spans)
+
+
 def _interleave(gaps, spans):
     return torch.cat([torch.tensor([False] * int(g) + [True] * int(s)) for g, s in zip(gaps, spans)])
 
@@ -139,6 +149,12 @@ def noise_mask(length, noise_density, mean_noise_span_length, generator):
 def noise_mask_span_first(length, noise_density, mean_noise_span_length, generator):
     spans, gaps = noise_span_lengths(length, noise_density, mean_noise_span_length, generator)
     return torch.cat([torch.tensor([True] * int(s) + [False] * int(g)) for g, s in zip(gaps, spans)])
+
+
+@wrong("noise_mask", "seeded alike")
+def noise_mask_global_rng(length, noise_density, mean_noise_span_length, generator):
+    spans, gaps = noise_span_lengths(length, noise_density, mean_noise_span_length, None)  # torch's global generator
+    return _interleave(gaps, spans)
 
 
 @wrong("noise_mask", "contiguous noise spans")
@@ -195,7 +211,7 @@ def corrupt_without_eos(ids, mask, first_sentinel, eos_id):
 
 # --- 03 T5 layers -------------------------------------------------------------------------------------------------
 def _buckets(rel, bidirectional, num_buckets, max_distance, halve=True, sign=1, unidirectional_abs=False,
-             rounding="trunc", cap=True, early_max_exact=False):
+             rounding="trunc", cap=True, early_max_exact=False, int_ratio=False):
     buckets = torch.zeros_like(rel)
     early = num_buckets // 2
     if bidirectional:
@@ -206,7 +222,8 @@ def _buckets(rel, bidirectional, num_buckets, max_distance, halve=True, sign=1, 
     else:
         distance = rel.abs() if unidirectional_abs else (-rel).clamp(min=0)
     max_exact = early if early_max_exact else num_buckets // 2
-    scaled = torch.log(distance.float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+    ratio = max_distance // max_exact if int_ratio else max_distance / max_exact
+    scaled = torch.log(distance.float() / max_exact) / math.log(ratio) * (num_buckets - max_exact)
     log_bucket = max_exact + (scaled.round() if rounding == "round" else scaled).long()
     if cap:
         log_bucket = log_bucket.clamp(max=num_buckets - 1)
@@ -249,6 +266,11 @@ def bucket_no_cap(relative_position, bidirectional, num_buckets, max_distance):
     return _buckets(relative_position, bidirectional, num_buckets, max_distance, cap=False)
 
 
+@wrong("relative_position_bucket", "never with //")
+def bucket_integer_ratio(relative_position, bidirectional, num_buckets, max_distance):
+    return _buckets(relative_position, bidirectional, num_buckets, max_distance, int_ratio=True)
+
+
 @reference
 def rms_norm(x, weight, eps):
     variance = x.float().pow(2).mean(-1, keepdim=True)
@@ -272,6 +294,11 @@ def rms_eps_outside_sqrt(x, weight, eps):
 @wrong("rms_norm", "multiply the normalized x by weight")
 def rms_without_weight(x, weight, eps):
     return (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+@wrong("rms_norm", "overflows past 65,504")
+def rms_norm_no_upcast(x, weight, eps):  # right in fp32 and within bf16's tolerance, zeros in fp16
+    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).to(weight.dtype)
 
 
 @wrong("rms_norm", "LAST dimension")
@@ -489,6 +516,16 @@ def train_step_last_loss(model, optimizer, micro_batches):
     return _train_step(model, optimizer, micro_batches, last_loss=True)
 
 
+@wrong("train_step", "concatenating the micro-batches")
+def train_step_concatenated(model, optimizer, micro_batches):
+    whole = {k: torch.cat([b[k] for b in micro_batches]) for k in micro_batches[0]}  # one mean over every token
+    loss = model(whole["input_ids"], labels=whole["labels"]).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
 # --- 06 fine-tuning metrics ---------------------------------------------------------------------------------------
 def _words(text, lower=True):
     return re.sub(r"[^a-z0-9]+", " ", text.lower() if lower else text).split()
@@ -545,6 +582,26 @@ def rouge_fraction(prediction, references):
     return _rouge(prediction, references, scale=1.0)
 
 
+def _rouge_words(prediction, references, words):
+    out = []
+    for ref in references:
+        p, r = words(prediction), words(ref)
+        n = _lcs(p, r)
+        out.append(0.0 if n == 0 else 100 * 2 * (n / len(p)) * (n / len(r)) / (n / len(p) + n / len(r)))
+    return max(out)
+
+
+@wrong("rouge_l", "underscore")
+def rouge_word_regex(prediction, references):  # \w+ keeps underscores and non-ASCII letters inside words
+    return _rouge_words(prediction, references, lambda t: re.findall(r"\w+", t.lower()))
+
+
+@wrong("rouge_l", "INSIDE a word")
+def rouge_strip_punctuation_at_word_ends(prediction, references):
+    return _rouge_words(prediction, references,
+                        lambda t: [w for w in (w.strip(string.punctuation) for w in t.lower().split()) if w])
+
+
 def _normalize(text, articles=True, lower=True, punctuation=True):
     text = text.lower() if lower else text
     if punctuation:
@@ -577,3 +634,15 @@ def exact_match_fraction(prediction, references):
 @wrong("exact_match", "not contain")
 def exact_match_substring(prediction, references):
     return 100.0 if any(_normalize(r) in _normalize(prediction) for r in references) else 0.0
+
+
+@wrong("exact_match", "REMOVED, not replaced")
+def exact_match_punctuation_to_space(prediction, references):
+    norm = lambda t: " ".join(re.sub(r"[^\w\s]", " ", t.lower()).split())
+    return 100.0 if any(norm(prediction) == norm(r) for r in references) else 0.0
+
+
+@wrong("exact_match", "not punctuation")
+def exact_match_ascii_only(prediction, references):
+    norm = lambda t: " ".join(re.sub(r"[^a-z0-9\s]", "", t.lower()).split())
+    return 100.0 if any(norm(prediction) == norm(r) for r in references) else 0.0
