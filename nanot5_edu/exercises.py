@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+import random
 import string
 import tempfile
 from dataclasses import dataclass, field
@@ -16,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['EXERCISES', 'Case', 'Exercise', 'exercise', 'OracleDisagreement', 'first_difference', 'exercise_table']
+__all__ = ['EXERCISES', 'Case', 'Exercise', 'exercise', 'OracleDisagreement', 'first_difference', 'hidden_cases',
+           'exercise_table']
 
 # %% ../nbs/90_exercises.ipynb #597bb80a
 @dataclass
@@ -35,22 +37,24 @@ class Exercise:
     signature: str
     task: str
     cases: Callable[[], Iterable[Case]] = field(repr=False)
+    hidden: Callable[[int], Iterable[Case]] | None = field(default=None, repr=False)  # seed -> cases students never saw
 
     @functools.cached_property
     def _cases(self) -> list[Case]:
         return list(self.cases())  # the oracles' answers are computed once per session
 
-    def check(self, fn: Callable) -> None:
-        "Run every case against the two oracles; raise AssertionError at the first that differs"
+    def check(self, fn: Callable, seed: int | None = None) -> None:
+        """Run every case against the two oracles; raise AssertionError at the first that differs. With `seed`, also
+        the hidden cases drawn from it (a teacher's `tools/grade.py --seed N`), where the exercise has them"""
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # tiny tensors: extra threads only wait on each other (10x slower on a busy CPU)
         try:
-            self._check(fn)
+            self._check(fn, self._cases + (list(self.hidden(seed)) if seed is not None and self.hidden else []))
         finally:
             torch.set_num_threads(threads)
 
-    def _check(self, fn: Callable) -> None:
-        for case in self._cases:
+    def _check(self, fn: Callable, cases: list[Case] | None = None) -> None:
+        for case in self._cases if cases is None else cases:
             try:
                 problem = case.judge(fn)
             except NotImplementedError:
@@ -834,6 +838,147 @@ def _exact_match_cases():
             ("café", ["caf"], 0.0, "only string.punctuation is removed: 'é' is not punctuation")]:
         expected = _agree("exact_match", exact_match(pred, refs), hand)
         yield Case(f"prediction={pred!r}, references={refs!r}", hint,
+                   _returns(expected, lambda fn, pred=pred, refs=refs: fn(pred, list(refs))))
+
+# %% ../nbs/90_exercises.ipynb #b160d1b7
+def hidden_cases(name: str):
+    "Register the decorated `seed -> cases` generator as exercise `name`'s hidden cases"
+    def register(cases):
+        EXERCISES[name].hidden = cases
+        return cases
+    return register
+
+
+@hidden_cases("relative_position_bucket")
+def _hidden_bucket_cases(seed: int):
+    from nanot5_edu.model import relative_position_bucket
+    hf = _hf_t5().T5Attention._relative_position_bucket
+    rng = random.Random(seed)
+    for _ in range(3):
+        nb, md, bidirectional = rng.choice([12, 20, 24, 40, 48]), rng.choice([30, 60, 90, 150, 333]), rng.random() < 0.5
+        rel = torch.tensor(sorted(rng.sample(range(-600, 601), 80)))
+        expected = _agree("relative_position_bucket", relative_position_bucket(rel, bidirectional, nb, md),
+                          hf(rel, bidirectional=bidirectional, num_buckets=nb, max_distance=md))
+        yield Case(f"hidden: 80 offsets, bidirectional={bidirectional}, num_buckets={nb}, max_distance={md}",
+                   "T5's buckets for these sizes", _returns(expected, lambda fn, rel=rel, b=bidirectional, nb=nb, md=md:
+                                                            fn(rel.clone(), b, nb, md)))
+
+
+@hidden_cases("rms_norm")
+def _hidden_rms_cases(seed: int):
+    g, rng = torch.Generator().manual_seed(seed), random.Random(seed)
+    for dtype, scale in ((torch.float32, 1.0), (torch.bfloat16, 50.0), (torch.float16, 200.0)):
+        d = rng.choice([7, 12, 33, 64])
+        x = (torch.randn(rng.randint(1, 4), d, generator=g) * scale + rng.uniform(-2, 2)).to(dtype)
+        w = torch.randn(d, generator=g).to(dtype)
+        eps = rng.choice([1e-6, 1e-5, 1e-3])
+        expected, tol = _rms_oracles(x, w, eps)
+        yield Case(f"hidden: {dtype} x of shape {tuple(x.shape)}, eps={eps}", "T5's RMSNorm at this dtype",
+                   _returns(expected, lambda fn, x=x, w=w, eps=eps: fn(x.clone(), w.clone(), eps), check_dtype=True,
+                            **tol))
+
+
+@hidden_cases("gated_gelu_ff")
+def _hidden_ff_cases(seed: int):
+    g, rng = torch.Generator().manual_seed(seed), random.Random(seed)
+    for _ in range(2):
+        d, dff = rng.choice([4, 8, 12]), rng.choice([6, 16, 20])
+        x = torch.randn(rng.randint(1, 3), rng.randint(1, 5), d, generator=g)
+        wi_0, wi_1, wo = torch.randn(dff, d, generator=g), torch.randn(dff, d, generator=g), torch.randn(d, dff, generator=g)
+        expected = _ff_oracles(x, wi_0, wi_1, wo)
+        yield Case(f"hidden: d_model={d}, d_ff={dff}, x of shape {tuple(x.shape)}", "wo(gelu_tanh(wi_0 x) * wi_1 x)",
+                   _returns(expected, lambda fn, a=(x, wi_0, wi_1, wo): fn(*(t.clone() for t in a)), atol=1e-5, rtol=1e-4))
+
+
+@hidden_cases("attention")
+def _hidden_attention_cases(seed: int):
+    g, rng = torch.Generator().manual_seed(seed), random.Random(seed)
+    for _ in range(2):
+        B, H, Lq, Lk, D = rng.randint(1, 3), rng.randint(1, 4), rng.randint(1, 6), rng.randint(2, 7), rng.choice([4, 8])
+        q, k, v = (torch.randn(B, H, L, D, generator=g) for L in (Lq, Lk, Lk))
+        bias = torch.randn(1, H, Lq, Lk, generator=g) * 2
+        mask = torch.ones(B, Lk, dtype=torch.long)
+        for row in range(B):
+            mask[row, rng.randint(1, Lk):] = 0
+        expected = _attention_oracles(q, k, v, bias, mask)
+        yield Case(f"hidden: B={B}, H={H}, Lq={Lq}, Lk={Lk}, D={D}, padded rows", "T5's unscaled attention with bias "
+                   "and padding mask", _returns(expected, lambda fn, a=(q, k, v, bias, mask): fn(*(t.clone() for t in a)),
+                                                atol=1e-5, rtol=1e-4))
+
+
+@hidden_cases("cosine_lr")
+def _hidden_cosine_cases(seed: int):
+    import warnings
+    from nanot5_edu.optim import cosine_lr
+    rng = random.Random(seed)
+    lr, total = rng.choice([1e-3, 5e-3, 3e-2]), rng.randint(20, 60)
+    warm, final = rng.randint(1, total // 3), rng.choice([0.0, 1e-6, 1e-4])
+    steps = sorted(rng.sample(range(0, total + 10), 12))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch_ref = [_torch_cosine(s, lr, total, warm, final) if s <= total else final for s in steps]
+    expected = _agree("cosine_lr", [cosine_lr(s, lr, total, warm, final) for s in steps], torch_ref, rtol=1e-6, atol=1e-12)
+    yield Case(f"hidden: steps {steps} of lr={lr}, total_steps={total}, warmup_steps={warm}, final_lr={final}",
+               "warmup from 0.5 * lr, then a cosine to final_lr, then final_lr",
+               _returns(expected, lambda fn: [fn(s, lr, total, warm, final) for s in steps], rtol=1e-6, atol=1e-12))
+
+
+def _span_params(rng: random.Random, lengths: tuple[int, int], densities, means):
+    "Random (length, density, mean span) whose spans fit: num_spans <= both token counts"
+    while True:
+        length, density, mean_span = rng.randint(*lengths), rng.choice(densities), rng.choice(means)
+        num_noise, num_spans = _hand_counts(length, density, mean_span)
+        if num_spans <= min(num_noise, length - num_noise):
+            return length, density, mean_span
+
+
+@hidden_cases("noise_span_lengths")
+def _hidden_span_cases(seed: int):
+    rng = random.Random(seed)
+    for _ in range(3):
+        length, density, mean_span = _span_params(rng, (3, 600), [0.05, 0.15, 0.3, 0.5], [1.0, 2.0, 3.0, 8.0])
+        yield Case(f"hidden: length={length}, noise_density={density}, mean_noise_span_length={mean_span}",
+                   "T5's counts (round, clamp), every span non-empty", _judge_span_lengths(length, density, mean_span))
+
+
+@hidden_cases("noise_mask")
+def _hidden_mask_cases(seed: int):
+    rng = random.Random(seed)
+    for _ in range(3):
+        length, density, mean_span = _span_params(rng, (4, 300), [0.15, 0.3, 0.5], [1.0, 3.0, 5.0])
+        yield Case(f"hidden: length={length}, noise_density={density}, mean_noise_span_length={mean_span}",
+                   "T5's layout: kept first, noise last, num_spans noise spans", _judge_mask_layout(length, density, mean_span))
+
+
+_WORDS = ["the", "cat", "state-of-the-art", "U.S.", "don't", "snake_case", "café", "mat", "A", "dog", "sat,", "42"]
+
+
+@hidden_cases("rouge_l")
+def _hidden_rouge_cases(seed: int):
+    from nanot5_edu.finetune import rouge_l
+    rng = random.Random(seed)
+    for _ in range(4):
+        pred = " ".join(rng.choices(_WORDS, k=rng.randint(1, 8)))
+        refs = [" ".join(rng.choices(_WORDS, k=rng.randint(1, 8))) for _ in range(rng.randint(1, 3))]
+        expected = _agree("rouge_l", rouge_l(pred, refs), _rouge_score_l(pred, refs), atol=1e-9)
+        yield Case(f"hidden: prediction={pred!r}, references={refs!r}", "Rouge-L as in the task",
+                   _returns(expected, lambda fn, pred=pred, refs=refs: fn(pred, list(refs)), atol=1e-6))
+
+
+@hidden_cases("exact_match")
+def _hidden_exact_match_cases(seed: int):
+    from nanot5_edu.finetune import exact_match
+    rng = random.Random(seed)
+    by_hand = lambda t: " ".join("".join(c for c in t.lower() if c not in string.punctuation).split())
+    spaced = lambda t: " ".join("".join(" " if c in string.punctuation else c for c in t).split())
+    for i in range(4):
+        words = rng.choices(_WORDS, k=rng.randint(1, 4))
+        pred = " ".join(w.upper() if rng.random() < 0.3 else w for w in words) + rng.choice(["", ".", "!", " "])
+        refs = [[by_hand(pred)], [spaced(" ".join(words))], [" ".join(rng.choices(_WORDS, k=2)), "a " + by_hand(pred)],
+                [pred.strip(string.punctuation + " ")]][i]
+        expected = _agree("exact_match", exact_match(pred, refs), 100.0 if any(by_hand(pred) == by_hand(r) for r in refs)
+                          else 0.0)
+        yield Case(f"hidden: prediction={pred!r}, references={refs!r}", "normalized equality, as in the task",
                    _returns(expected, lambda fn, pred=pred, refs=refs: fn(pred, list(refs))))
 
 # %% ../nbs/90_exercises.ipynb #8ee49497

@@ -81,7 +81,7 @@
 # | [05 pre-training](exercises/05_pretraining.ipynb) | `span_gain`, `train_step` (with gradient accumulation) |
 # | [09 fine-tuning](exercises/09_finetuning.ipynb) | `rouge_l`, `exact_match` |
 #
-# A teacher grades a student's filled-in notebook with `python tools/grade.py FILE` (or `STUDENT=FILE pytest -m exercise_03 tools/grade.py`) and hands out copies without the solutions with `python tools/student_copy.py`.
+# A teacher grades a student's filled-in notebook with `python tools/grade.py FILE` (each exercise in a process of its own with a time limit; `--csv`/`--junit` for a gradebook) and hands out copies without the solutions with `python tools/student_copy.py`.
 #
 # **Teaching with it**: the [teaching guide](docs/teaching.md) has 2- and 4-week schedules, what a CPU and a Colab GPU can show, how to present the negative results, the answers to every lesson's questions, and how to grade the exercises.
 #

@@ -37,6 +37,34 @@ def test_reference_passes(name):
     EXERCISES[name].check(REFERENCES[name])
 
 
+HIDDEN = [n for n in EXERCISES if EXERCISES[n].hidden]
+
+
+def test_most_exercises_have_hidden_cases():
+    assert len(HIDDEN) >= 9, HIDDEN
+
+
+@pytest.mark.parametrize("name", [_marked(n) for n in HIDDEN])
+def test_reference_passes_hidden_cases_of_many_seeds(name):
+    for seed in range(6):
+        EXERCISES[name].check(REFERENCES[name], seed=seed)
+
+
+@pytest.mark.parametrize("name", [_marked(n) for n in HIDDEN])
+def test_hidden_cases_alone_reject_known_wrong_solutions(name):
+    "The hidden cases are not decoration: on their own (no open case), they reject known-wrong solutions"
+    ex, caught = EXERCISES[name], []
+    for wrong, _ in WRONG[name]:
+        for seed in range(6):
+            try:
+                ex._check(wrong, list(ex.hidden(seed)))
+            except AssertionError:
+                caught.append(wrong.__name__)
+                break
+    assert caught, f"no known-wrong solution of {name} fails its hidden cases"
+    print(f"{name}: hidden cases alone reject {len(caught)} of {len(WRONG[name])} known-wrong solutions")
+
+
 @pytest.mark.parametrize("name", [_marked(n) for n in EXERCISES])
 def test_stub_is_not_implemented_yet(name):
     with pytest.raises(AssertionError, match="not implemented yet"):

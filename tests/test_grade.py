@@ -27,12 +27,12 @@ def lines(r, word):
 def test_reference_solutions_pass_and_reports_are_written(tmp_path):
     r = grade(tmp_path, "for n in ('adamwscale_step', 'cosine_lr', 'rouge_l', 'exact_match'):\n"
                         "    globals()[n] = REFERENCES[n]\n", "-m", "exercise_04 or exercise_09",
-              "--csv", "g.csv", "--junit", "g.xml")
+              "--csv", "g.csv", "--junit", "g.xml", "--student", "alice", "--seed", "3")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "4 of 4 exercises passed" in r.stdout, r.stdout
     rows = list(csv.DictReader(open(tmp_path / "g.csv")))
     assert [row["exercise"] for row in rows] == ["adamwscale_step", "cosine_lr", "rouge_l", "exact_match"]
-    assert all(row["passed"] == "True" for row in rows)
+    assert all(row["passed"] == "True" and row["student"] == "alice" for row in rows)
     assert 'tests="4" failures="0"' in (tmp_path / "g.xml").read_text()
 
 

@@ -27,10 +27,10 @@ rm -rf "$VENV"; python3 -m venv "$VENV" || exit 1
 PIP=("$VENV/bin/python" -m pip install -q)
 [ -n "${TORCH_INDEX:-}" ] && { "${PIP[@]}" --index-url "$TORCH_INDEX" "${pins[0]}" || exit 1; }
 "${PIP[@]}" "${pins[@]}" || { echo "floors: these versions do not install together: ${pins[*]}"; exit 1; }
-"${PIP[@]}" --no-deps -e . && "${PIP[@]}" $("$VENV/bin/python" - <<'PY'
-import re, tomllib
+"${PIP[@]}" --no-deps -e . && "${PIP[@]}" $("$VENV/bin/python" - "${pins[@]}" <<'PY'
+import re, sys, tomllib
 deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
-pinned = {"torch", "transformers", "accelerate", "datasets", "torchdata", "sentencepiece"}
+pinned = {p.split("==")[0] for p in sys.argv[1:]}  # those with a floor, installed at it above
 print(" ".join(d.split("#")[0].strip() for d in deps if re.split(r"[<>=!~ ;\[]", d)[0].lower() not in pinned),
       "pytest pytest-xdist hypothesis nbdev==3.3.26 jupytext==1.19.6")
 PY

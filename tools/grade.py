@@ -3,6 +3,7 @@
     python tools/grade.py alice/03_t5_layers.ipynb                   # the exercises of lesson 03 (from the name)
     python tools/grade.py alice/solutions.py -m "exercise_03 or exercise_04" --csv grades.csv --junit grades.xml
     python tools/grade.py alice/solutions.py --exercises rms_norm,attention --time-limit 30
+    python tools/grade.py alice/03_t5_layers.ipynb --seed 2026        # + hidden cases drawn from the seed
 
 The submission is a filled-in exercise notebook (exercises/NN_lesson.ipynb) or a .py file that defines the functions
 under the exercises' names (`rms_norm`, `relative_position_bucket`, ...). Each exercise is graded in its own fresh
@@ -10,7 +11,8 @@ process that runs the submission (a notebook's code cells in order, each on its 
 and the next one runs; check cells `EXERCISES[...].check(...)` and `!`/`%` lines are skipped); the checks run here,
 in the grading process, and only call the student's function through a pipe, so nothing the submission does (patching
 a check, replacing `Exercise._check`) reaches them. Each exercise has a time limit (loading included): a function that
-hangs fails with a message and the process is killed. A function taken from `nanot5_edu` (the package's own version
+hangs fails with a message and the process is killed. `--seed N` adds hidden cases drawn from N (other sizes, values and
+texts, answered by the same two oracles) to the exercises that have them. A function taken from `nanot5_edu` (the package's own version
 of what the exercise asks for, or one of the checks' helpers) fails with a message that says so.
 
 Output: one line per exercise (PASS / FAIL and the check's message: the first case that differs, expected and got, a
@@ -205,7 +207,7 @@ def _exception(name: str, message: str) -> Exception:
         return type(name, (Exception,), {})(message)
 
 
-def grade_one(path: str, name: str, time_limit: float) -> tuple[bool, str]:
+def grade_one(path: str, name: str, time_limit: float, seed: int | None = None) -> tuple[bool, str]:
     "(passed, message) for one exercise, the submission in a fresh process of its own"
     from nanot5_edu.exercises import EXERCISES
     ex = EXERCISES[name]
@@ -251,7 +253,7 @@ def grade_one(path: str, name: str, time_limit: float) -> tuple[bool, str]:
             _sync_back(kwargs, their_kwargs)
             return result
         try:
-            ex.check(proxy)
+            ex.check(proxy, seed=seed)
             return True, f"{name}: passed{notes}"
         except AssertionError as e:
             return False, str(e) + notes
@@ -321,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
                                               "file's NN_ prefix, else every exercise)")
     ap.add_argument("--exercises", help="comma-separated exercise names instead of -m")
     ap.add_argument("--time-limit", type=float, default=120.0, help="seconds per exercise, loading included")
+    ap.add_argument("--seed", type=int, help="add the hidden cases drawn from this seed (exercises that have them)")
+    ap.add_argument("--student", help="the name the CSV and JUnit reports give (default: the file's name)")
     ap.add_argument("--csv", help="write one row per exercise here")
     ap.add_argument("--junit", help="write a JUnit XML report here")
     args = ap.parse_args(argv)
@@ -346,14 +350,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in names:
         t = time.monotonic()
-        passed, message = grade_one(str(path.resolve()), name, args.time_limit)
+        passed, message = grade_one(str(path.resolve()), name, args.time_limit, args.seed)
         rows.append({"exercise": name, "lesson": EXERCISES[name].lesson, "passed": passed,
                      "seconds": time.monotonic() - t, "message": message})
         print(f"{'PASS' if passed else 'FAIL'} {name} ({rows[-1]['seconds']:.1f} s)"
               + ("" if passed else "\n    " + message.replace("\n", "\n    ")), flush=True)
     passed = sum(r["passed"] for r in rows)
     print(f"{path.name}: {passed} of {len(rows)} exercises passed")
-    write_reports(path.name, rows, args.csv, args.junit)
+    write_reports(args.student or path.name, rows, args.csv, args.junit)
     return 0 if passed == len(rows) else 1
 
 
