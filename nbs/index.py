@@ -40,6 +40,13 @@
 # ```bash
 # pip install -e ".[dev]" && python -m pytest tests -n 2
 # ```
+#
+# **Versions tested** (2026-12-04): the newest, by these tests — Python 3.11, torch 2.13.0 (CPU), transformers
+# 5.25.0, tokenizers 0.23.3, datasets 5.2.0, accelerate 1.16.0, torchdata 0.11.0; on a GPU, torch 2.11.0 (CUDA 13.0)
+# with transformers 5.17.0 and accelerate 1.15.0 (`bash benchmarks/gpu_check.sh` on an H200); the lowest that
+# `pyproject.toml` allows, by a subset of the tests (`bash tools/floors.sh`: 37 passed) — torch 2.5.0, transformers
+# 5.16.0, tokenizers 0.23.1, datasets 5.1.0, accelerate 0.30.0, torchdata 0.8.0. (transformers 4.x cannot install
+# beside datasets 5.x; with transformers 5.0–5.15 and tokenizers 0.22, one test string encodes unlike SentencePiece.)
 
 # %% [markdown]
 # ## Learning path

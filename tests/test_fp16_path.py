@@ -187,8 +187,8 @@ def test_no_graph_breaks_in_pretraining_and_finetuning_forward(precision):
 
 # Catches: fine-tuning under train.compile meeting a new shape at every batch (on an H200, 12 batches of 12 lengths
 # took 75 s to compile and run against 21 s bucketed: benchmarks/results/h200_2026-12-04/fp16_path.json): lengths
-# padded to powers of two leave a bounded set of shapes, and forward + backward over 12 varied batches compile a few
-# graphs (3 when written: the first shape, then dynamic lengths, then one more specialisation; at most 4 here).
+# padded to powers of two leave a bounded set of shapes, and forward + backward over 12 varied batches compile no more
+# graphs than there are shapes (torch 2.13: 3 for 7 shapes, dynamic lengths after the first; torch 2.4: one per shape).
 def test_compiled_finetuning_sees_few_shapes_and_compiles_few_graphs():
     import torch._dynamo as dynamo
     torch.manual_seed(0)
@@ -207,7 +207,7 @@ def test_compiled_finetuning_sees_few_shapes_and_compiles_few_graphs():
             "lengths must be powers of two >= 8"
         compiled(**b).loss.backward()
     print(f"{len(shapes)} shapes, {len(graphs)} graphs")
-    assert len(graphs) <= 4
+    assert len(graphs) <= len(shapes)
     assert len(shapes) <= 6 * 5  # sources 8..256 and targets 8..128 at most (both drawn below those)
     unbucketed = {(b["input_ids"].shape[1], b["labels"].shape[1]) for b in varied_batches(12, buckets=False)}
     assert len(unbucketed) > len(shapes)

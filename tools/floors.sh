@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The lowest versions pyproject.toml allows, tested: a fresh virtual environment with torch, transformers,
+# The lowest versions pyproject.toml allows, tested: a fresh virtual environment with torch, transformers, tokenizers,
 # accelerate, datasets, torchdata and sentencepiece at their floors (the other dependencies at whatever pip resolves
 # beside them), then a fast subset of the tests. By hand, not in .ci/run (it downloads a torch build):
 #   bash tools/floors.sh                 # the floors written in pyproject.toml
@@ -19,7 +19,7 @@ print(m.group(1) if m else "")
 PY
 }
 pins=()
-for dep in torch transformers accelerate datasets torchdata sentencepiece; do
+for dep in torch transformers tokenizers accelerate datasets torchdata sentencepiece; do
   v=$(floor $dep); [ -n "$v" ] && pins+=("$dep==$v")
 done
 echo "floors: ${pins[*]}"
