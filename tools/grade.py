@@ -39,20 +39,33 @@ PACKAGE = "nanot5_edu"
 
 
 # ---------------------------------------------------------------- the student's process
+class _NoShell:
+    "What `get_ipython()` gives a notebook's cells here: shell commands and magics (`!pip`, `%time`) do nothing"
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+def notebook_cell(src: str) -> str:
+    """A notebook cell as Python: IPython's own translation of `!`/`%` lines (continuation lines left alone), and
+    check calls `EXERCISES[...].check(...)` made into no-ops (the rest of the cell still runs)"""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+        src = TransformerManager().transform_cell(src)
+    except Exception:  # noqa: BLE001 (no IPython: leave the cell as it is)
+        pass
+    return CHECK_CELL.sub("(lambda *args, **kwargs: None)(", src)
+
+
 def load_submission(path: str) -> tuple[dict, list[str]]:
     "The names a notebook or .py file defines, and a message for each part of it that raised"
     p = Path(path)
-    ns, problems = {"__name__": "student", "__file__": str(p)}, []
+    ns, problems = {"__name__": "student", "__file__": str(p), "get_ipython": _NoShell}, []
     if p.suffix == ".py":
         cells = [(None, p.read_text())]
     else:
-        cells = [(i, "".join(c["source"])) for i, c in enumerate(json.loads(p.read_text())["cells"])
+        cells = [(i, notebook_cell("".join(c["source"]))) for i, c in enumerate(json.loads(p.read_text())["cells"])
                  if c["cell_type"] == "code"]
     for i, src in cells:
-        if i is not None:
-            if CHECK_CELL.search(src):
-                continue
-            src = "\n".join("" if line.lstrip().startswith(("!", "%")) else line for line in src.splitlines())
         where = p.name if i is None else f"{p.name}, code cell {i}"
         try:
             exec(compile(src, where, "exec"), ns)
@@ -125,8 +138,49 @@ def _watch(exercise: str, flagged: list):
     return hook
 
 
+def _pack(message) -> bytes:
+    "A message to the grader as `torch.save` bytes: the grader reads it with weights_only=True (data, never code)"
+    import io
+    import torch
+    buffer = io.BytesIO()
+    torch.save(message, buffer)
+    return buffer.getvalue()
+
+
+def _unpack(data: bytes):
+    import io
+    import torch
+    return torch.load(io.BytesIO(data), weights_only=True)
+
+
+def _mutations(args) -> list:
+    "What a call may have changed in its arguments, as plain data: state dicts, generator states, tensors"
+    import torch
+    out = []
+    for a in args:
+        if isinstance(a, torch.nn.Module):
+            out.append(("module", {k: v.detach() for k, v in a.state_dict().items()}))
+        elif isinstance(a, torch.optim.Optimizer):
+            out.append(("optimizer", a.state_dict()))
+        elif isinstance(a, torch.Generator):
+            out.append(("generator", a.get_state()))
+        elif isinstance(a, torch.Tensor):
+            out.append(("tensor", a.detach()))
+        elif isinstance(a, (list, tuple)):
+            out.append(("sequence", _mutations(a)))
+        elif isinstance(a, dict):
+            out.append(("dict", dict(zip(a.keys(), _mutations(list(a.values()))))))
+        else:
+            out.append(None)
+    return out
+
+
 def serve(path: str, exercise: str, conn):
     "In the student's process: run the submission, then call the exercise's function for the grader, one call at a time"
+    try:
+        os.setpgid(0, 0)  # a process group of its own: the grader ends whatever the submission starts
+    except (AttributeError, OSError):
+        pass
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     try:
@@ -137,9 +191,9 @@ def serve(path: str, exercise: str, conn):
     ns, problems = load_submission(path)
     fn = ns.get(exercise)
     uses = package_uses(fn) if callable(fn) else []
-    conn.send(("ready", callable(fn), problems, uses))
+    conn.send_bytes(_pack(("ready", callable(fn), problems, uses)))
     while True:
-        msg = conn.recv()
+        msg = conn.recv()  # from the grader: its own objects
         if msg[0] == "stop":
             return
         _, args, kwargs = msg
@@ -153,14 +207,17 @@ def serve(path: str, exercise: str, conn):
         finally:
             sys.setprofile(None)
         if flagged:
-            conn.send(("package", sorted(set(flagged))))
+            conn.send_bytes(_pack(("package", sorted(set(flagged)))))
         elif error:
-            conn.send(("raised", *error))
+            conn.send_bytes(_pack(("raised", *error)))
         else:
             try:
-                conn.send(("ok", result, args, kwargs))
-            except Exception as e:  # noqa: BLE001 (a result that cannot be sent back)
-                conn.send(("raised", "TypeError", f"the value returned cannot be graded ({type(e).__name__}: {e})"))
+                data = _pack(("ok", result, _mutations(args), _mutations([kwargs])[0]))
+                _unpack(data)  # only data a weights_only load accepts goes back: tensors, numbers, strings, containers
+            except Exception as e:  # noqa: BLE001
+                data = _pack(("raised", "TypeError", f"the value returned cannot be graded: return tensors, numbers, "
+                                                     f"strings or lists of them ({type(e).__name__})"))
+            conn.send_bytes(data)
 
 
 # ---------------------------------------------------------------- the grading process
@@ -172,28 +229,28 @@ class FromPackage(BaseException):
     "The student's function used the package's own version or a check's helper"
 
 
-def _sync_back(mine, theirs):
-    "Copy what the student's function changed in its arguments (weights, optimizer state, tensors, generators) back"
+def _sync_back(mine, change):
+    "Apply what the student's function changed in an argument (weights, optimizer state, generator, tensor) to ours"
     import torch
-    if isinstance(mine, torch.nn.Module):
-        mine.load_state_dict(theirs.state_dict())
-    elif isinstance(mine, torch.optim.Optimizer):
-        mine.load_state_dict(theirs.state_dict())
-    elif isinstance(mine, torch.Generator):
-        mine.set_state(theirs.get_state())
-    elif isinstance(mine, torch.Tensor):
-        if mine.shape == theirs.shape and mine.dtype == theirs.dtype and not mine.requires_grad:
-            mine.copy_(theirs)
-    elif isinstance(mine, (list, tuple)) and isinstance(theirs, (list, tuple)) and len(mine) == len(theirs):
-        for a, b in zip(mine, theirs):
+    if change is None:
+        return
+    kind, value = change
+    if kind == "module" and isinstance(mine, torch.nn.Module):
+        mine.load_state_dict(value)
+    elif kind == "optimizer" and isinstance(mine, torch.optim.Optimizer):
+        mine.load_state_dict(value)
+    elif kind == "generator" and isinstance(mine, torch.Generator):
+        mine.set_state(value)
+    elif kind == "tensor" and isinstance(mine, torch.Tensor):
+        if mine.shape == value.shape and mine.dtype == value.dtype and not mine.requires_grad:
+            mine.copy_(value)
+    elif kind == "sequence" and isinstance(mine, (list, tuple)) and len(mine) == len(value):
+        for a, b in zip(mine, value):
             _sync_back(a, b)
-        if isinstance(mine, list):
-            mine[:] = [b if not isinstance(a, (torch.nn.Module, torch.optim.Optimizer, torch.Generator)) else a
-                       for a, b in zip(mine, theirs)]
-    elif isinstance(mine, dict) and isinstance(theirs, dict):
-        for k in mine:
-            if k in theirs:
-                _sync_back(mine[k], theirs[k])
+    elif kind == "dict" and isinstance(mine, dict):
+        for k, b in value.items():
+            if k in mine:
+                _sync_back(mine[k], b)
 
 
 def _exception(name: str, message: str) -> Exception:
@@ -216,15 +273,20 @@ def grade_one(path: str, name: str, time_limit: float, seed: int | None = None) 
     proc = ctx.Process(target=serve, args=(path, name, there), daemon=True)
     deadline = time.monotonic() + time_limit
     proc.start()
+    there.close()  # ours closed: the student's process ending (exit, crash) reads as end-of-file at once
 
     def receive():
         left = deadline - time.monotonic()
         if left <= 0 or not here.poll(left):
             raise Timeout()
         try:
-            return here.recv()
-        except EOFError:
+            data = here.recv_bytes(maxlength=512 * 2 ** 20)
+        except (EOFError, OSError):
             raise RuntimeError("the student's process ended unexpectedly (it exited, or crashed)") from None
+        try:
+            return _unpack(data)  # data only: nothing the submission sends can run here
+        except Exception as e:  # noqa: BLE001
+            raise RuntimeError(f"the student's process sent something that is not data ({type(e).__name__})") from None
 
     try:
         try:
@@ -248,9 +310,10 @@ def grade_one(path: str, name: str, time_limit: float, seed: int | None = None) 
                 raise FromPackage(", ".join(msg[1]))
             if msg[0] == "raised":
                 raise _exception(msg[1], msg[2])
-            _, result, their_args, their_kwargs = msg
-            _sync_back(list(args), list(their_args))
-            _sync_back(kwargs, their_kwargs)
+            _, result, changed_args, changed_kwargs = msg
+            for a, change in zip(args, changed_args):
+                _sync_back(a, change)
+            _sync_back(kwargs, changed_kwargs)
             return result
         try:
             ex.check(proxy, seed=seed)
@@ -271,9 +334,13 @@ def grade_one(path: str, name: str, time_limit: float, seed: int | None = None) 
         except (OSError, ValueError):
             pass
         proc.join(timeout=2)
+        try:  # the student's process and anything it started (its process group)
+            os.killpg(proc.pid, 9)
+        except (AttributeError, OSError):
+            pass
         if proc.is_alive():
             proc.kill()
-            proc.join(timeout=5)
+        proc.join(timeout=5)
 
 
 def select(path: str, marker: str | None, names: str | None) -> list[str]:
@@ -292,6 +359,12 @@ def select(path: str, marker: str | None, names: str | None) -> list[str]:
     if not lessons:
         raise SystemExit(f"-m {marker!r}: use exercise_NN markers, e.g. -m 'exercise_03 or exercise_04'")
     return [n for n, ex in EXERCISES.items() if ex.lesson[:2] in lessons]
+
+
+def _clean(text: str, limit: int = 2000) -> str:
+    "A message fit for a report: printable characters only (valid XML), at most `limit` of them"
+    text = "".join(c if c.isprintable() or c in "\n\t" else "?" for c in text)
+    return text if len(text) <= limit else text[:limit] + f" … ({len(text) - limit:,} characters more)"
 
 
 def write_reports(student: str, rows: list[dict], csv_path: str | None, junit_path: str | None):
@@ -352,9 +425,9 @@ def main(argv: list[str] | None = None) -> int:
         t = time.monotonic()
         passed, message = grade_one(str(path.resolve()), name, args.time_limit, args.seed)
         rows.append({"exercise": name, "lesson": EXERCISES[name].lesson, "passed": passed,
-                     "seconds": time.monotonic() - t, "message": message})
+                     "seconds": time.monotonic() - t, "message": _clean(message)})
         print(f"{'PASS' if passed else 'FAIL'} {name} ({rows[-1]['seconds']:.1f} s)"
-              + ("" if passed else "\n    " + message.replace("\n", "\n    ")), flush=True)
+              + ("" if passed else "\n    " + rows[-1]["message"].replace("\n", "\n    ")), flush=True)
     passed = sum(r["passed"] for r in rows)
     print(f"{path.name}: {passed} of {len(rows)} exercises passed")
     write_reports(args.student or path.name, rows, args.csv, args.junit)
