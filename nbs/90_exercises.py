@@ -378,7 +378,7 @@ def _noise_span_cases():
     counts_hint = ("num_noise = round(length * noise_density) clamped to [1, length - 1]; num_spans = "
                    "max(round(num_noise / mean_noise_span_length), 1), with Python's round (half to even)")
     for length, density, mean_span in [(100, 0.15, 3.0), (568, 0.15, 3.0), (10, 0.15, 3.0), (5, 0.05, 3.0),
-                                       (20, 0.5, 1.0), (30, 0.5, 2.0)]:
+                                       (20, 0.5, 1.0), (30, 0.5, 2.0), (50, 0.05, 3.0), (30, 0.05, 3.0)]:
         yield Case(f"length={length}, noise_density={density}, mean_noise_span_length={mean_span}",
                    counts_hint + "; every span holds at least one token",
                    _judge_span_lengths(length, density, mean_span))
@@ -1142,7 +1142,8 @@ def _exact_match_cases():
             ("don't_stop", ["dont stop"], 0.0,
              "the underscore is in string.punctuation too: removed, it joins 'dont' and 'stop' into one word"),
             ("Café", ["café"], 100.0, "non-ASCII letters are letters: lower-case them and keep them"),
-            ("café", ["caf"], 0.0, "only string.punctuation is removed: 'é' is not punctuation")]:
+            ("café", ["caf"], 0.0, "only string.punctuation is removed: 'é' is not punctuation"),
+            ("café", ["cafe"], 0.0, "accents are kept: 'café' and 'cafe' differ (no Unicode normalisation)")]:
         expected = _agree("exact_match", exact_match(pred, refs), hand)
         yield Case(f"prediction={pred!r}, references={refs!r}", hint,
                    _returns(expected, lambda fn, pred=pred, refs=refs: fn(pred, list(refs))))

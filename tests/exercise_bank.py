@@ -101,6 +101,13 @@ def span_lengths_no_clamp(length, noise_density, mean_noise_span_length, generat
     return _segments(num_noise, num_spans, generator), _segments(length - num_noise, num_spans, generator)
 
 
+@wrong("noise_span_lengths", "half to even")
+def span_lengths_round_half_up(length, noise_density, mean_noise_span_length, generator):
+    num_noise = min(max(math.floor(length * noise_density + 0.5), 1), length - 1)  # 2.5 -> 3, not Python's 2
+    num_spans = max(math.floor(num_noise / mean_noise_span_length + 0.5), 1)
+    return _segments(num_noise, num_spans, generator), _segments(length - num_noise, num_spans, generator)
+
+
 @wrong("noise_span_lengths", "at least one token")
 def span_lengths_with_replacement(length, noise_density, mean_noise_span_length, generator):
     def parts(n, s):  # cut points drawn with replacement: empty spans
@@ -646,3 +653,10 @@ def exact_match_punctuation_to_space(prediction, references):
 def exact_match_ascii_only(prediction, references):
     norm = lambda t: " ".join(re.sub(r"[^a-z0-9\s]", "", t.lower()).split())
     return 100.0 if any(norm(prediction) == norm(r) for r in references) else 0.0
+
+
+@wrong("exact_match", "accents are kept")
+def exact_match_strips_accents(prediction, references):
+    import unicodedata
+    fold = lambda t: "".join(c for c in unicodedata.normalize("NFKD", t) if not unicodedata.combining(c))
+    return 100.0 if any(_normalize(fold(prediction)) == _normalize(fold(r)) for r in references) else 0.0
