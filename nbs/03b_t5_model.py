@@ -151,10 +151,10 @@ test_eq((enc_cache.cross_attn, dec_cache.cross_attn.k.shape), (None, (2, cfg.num
 # pads its targets; with padding on the right the causal mask already hides those positions from every real one, so
 # the decoder's mask changes no loss, and it makes the decoder's bias one [batch, heads, L, L] tensor instead of
 # [1, heads, L, L]). Masked entries get **half the most negative value of the compute dtype** (−1.7·10³⁸ in fp32,
-# −32,752 in fp16) and stay finite: the dtype's own minimum (HF's choice) becomes `-inf` once cast to 16 bits or
-# added to a negative score, and a row whose keys are all padding is then all `-inf`, whose textbook softmax is
-# `nan`. torch's attention kernels special-case such rows (finite either way on this CPU and on an H200:
-# `benchmarks/fp16_path.py`), so this is a safeguard for any code that does not. The bias is cast to the compute
+# −32,752 in fp16) and stay finite: float32's minimum becomes `-inf` once cast to 16 bits, a 16-bit dtype's own
+# minimum (HF's choice) once a negative score is added to it, and a row whose keys are all padding is then all
+# `-inf`, whose textbook softmax is `nan`. torch's attention kernels special-case such rows (finite either way on a 2-core CPU and on an H200:
+# `benchmarks/fp16_path.py`, results in `benchmarks/results/`), so this is a safeguard for any code that does not. The bias is cast to the compute
 # dtype (autocast's, when it is on) **once per stack**: every block shares one tensor, instead of each keeping its
 # own 16-bit copy for the backward pass.
 
