@@ -60,14 +60,22 @@ def test_the_package_answer_and_the_checks_helpers_fail_with_a_message(tmp_path)
                         "def rms_norm(x, weight, eps):  # a check's helper, reached at run time\n"
                         "    import importlib\n"
                         "    helpers = importlib.import_module('nanot5_edu' + '.exercises')\n"
-                        "    return getattr(helpers, '_rms_oracles')(x, weight, eps)[0]\n",
-              "--exercises", "relative_position_bucket,rouge_l,rms_norm")
+                        "    return getattr(helpers, '_rms_oracles')(x, weight, eps)[0]\n"
+                        "import nanot5_edu.optim as O\n"
+                        "def cosine_lr(step, lr, total_steps, warmup_steps, final_lr, _f=O.cosine_lr):  # a default\n"
+                        "    return _f(step, lr, total_steps, warmup_steps, final_lr)\n"
+                        "def exact_match(prediction, references):  # the watch switched off, the answer looked up\n"
+                        "    import sys, importlib\n    sys.setprofile(None)\n"
+                        "    return importlib.import_module('nanot5_' + 'edu.finetune').exact_match(prediction, references)\n",
+              "--exercises", "relative_position_bucket,rouge_l,rms_norm,cosine_lr,exact_match")
     assert r.returncode == 1
-    assert len(lines(r, "FAIL")) == 3, r.stdout
+    assert len(lines(r, "FAIL")) == 5, r.stdout
     out = r.stdout
     assert "relative_position_bucket uses nanot5_edu.layers.relative_position_bucket from the nanot5_edu package" in out
     assert "rouge_l uses nanot5_edu.finetune from the nanot5_edu package" in out
     assert "rms_norm called exercises._rms_oracles from the nanot5_edu package" in out
+    assert "cosine_lr uses nanot5_edu.optim.cosine_lr" in out
+    assert "exact_match called" in out and "the grader's watch was switched off" in out
 
 
 def test_a_hanging_function_and_a_hanging_file_fail_within_the_time_limit(tmp_path):

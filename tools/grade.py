@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import builtins
 import csv
+import functools
 import json
 import multiprocessing
 import os
@@ -34,6 +35,7 @@ import types
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
+STUDENT_FILES: set[str] = set()  # the names the submission's code was compiled under (its frames' co_filename)
 CHECK_CELL = re.compile(r"EXERCISES\[[\"'][^\"']+[\"']\]\.check\(")
 PACKAGE = "nanot5_edu"
 
@@ -67,6 +69,7 @@ def load_submission(path: str) -> tuple[dict, list[str]]:
                  if c["cell_type"] == "code"]
     for i, src in cells:
         where = p.name if i is None else f"{p.name}, code cell {i}"
+        STUDENT_FILES.add(where)
         try:
             exec(compile(src, where, "exec"), ns)
         except BaseException as e:  # noqa: BLE001 (a student's SystemExit or KeyboardInterrupt is reported too)
@@ -85,23 +88,33 @@ def _from_package(obj) -> str | None:
 
 
 def package_uses(fn, seen=None) -> list[str]:
-    "nanot5_edu names that `fn` is, or that its code (and the functions of the student's it calls) refers to"
+    """nanot5_edu names that `fn` is, or that its code refers to: globals, closures, default arguments, the parts of a
+    functools.partial or of a callable object, one level into containers, and the student's functions it calls"""
     seen = set() if seen is None else seen
     if id(fn) in seen:
         return []
     seen.add(id(fn))
     if (own := _from_package(fn)) is not None:
         return [own]
+    if isinstance(fn, (list, tuple, set, frozenset)):
+        return [u for v in fn for u in package_uses(v, seen)]
+    if isinstance(fn, dict):
+        return [u for v in fn.values() for u in package_uses(v, seen)]
+    if isinstance(fn, functools.partial):
+        return package_uses(fn.func, seen) + package_uses(list(fn.args) + list(fn.keywords.values()), seen)
     fn = getattr(fn, "__func__", fn)
     code = getattr(fn, "__code__", None)
     if code is None:
+        if callable(fn) and not isinstance(fn, type) and hasattr(type(fn), "__call__"):  # an object with __call__
+            return (package_uses(type(fn).__call__, seen)
+                    + package_uses(list(getattr(fn, "__dict__", {}).values()), seen))
         return []
     names, stack = set(), [code]
     while stack:
         c = stack.pop()
         names |= set(c.co_names)
         stack += [k for k in c.co_consts if isinstance(k, types.CodeType)]
-    found = []
+    found = package_uses(list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values()), seen)
     scope = dict(getattr(fn, "__globals__", {}))
     for cell_name, cell in zip(code.co_freevars, fn.__closure__ or ()):
         try:
@@ -109,18 +122,14 @@ def package_uses(fn, seen=None) -> list[str]:
         except ValueError:
             pass
     for name in sorted(names | set(code.co_freevars)):
-        if name not in scope:
-            continue
-        value = scope[name]
-        if (own := _from_package(value)) is not None:
-            found.append(own)
-        elif isinstance(value, (types.FunctionType, types.MethodType)):
-            found += package_uses(value, seen)
+        if name in scope:
+            found += package_uses(scope[name], seen)
     return found
 
 
-def _watch(exercise: str, flagged: list):
-    "A profile hook: flag a call into the checks (nanot5_edu/exercises.py) or into the package's own `exercise`"
+def _watch(exercise: str, flagged: list, student_files: set, arguments: set):
+    """A profile hook: flag a call from the student's code straight into the package (a method of an object the
+    grader passed in, such as the model's, excepted), and any call into the checks (nanot5_edu/exercises.py)"""
     package_dir = None
     try:
         import importlib.util
@@ -129,13 +138,28 @@ def _watch(exercise: str, flagged: list):
         pass
 
     def hook(frame, event, arg):
-        if event == "call" and package_dir and frame.f_code.co_filename.startswith(package_dir):
-            f, caller = frame.f_code, frame.f_back
-            crossing = caller is not None and not caller.f_code.co_filename.startswith((package_dir, "<frozen"))
-            if crossing and not f.co_name.startswith("<") and (f.co_filename.endswith("exercises.py")
-                                                                or f.co_name == exercise):
-                flagged.append(f"{Path(f.co_filename).stem}.{f.co_name}")  # called from outside the package
+        if event != "call" or not package_dir or not frame.f_code.co_filename.startswith(package_dir):
+            return
+        f, caller = frame.f_code, frame.f_back
+        if f.co_name.startswith("<") or caller is None:
+            return
+        if f.co_filename.endswith("exercises.py") and not caller.f_code.co_filename.startswith(package_dir):
+            flagged.append(f"{Path(f.co_filename).stem}.{f.co_name}")
+        elif caller.f_code.co_filename in student_files and id(frame.f_locals.get("self")) not in arguments:
+            flagged.append(f"{Path(f.co_filename).stem}.{f.co_name}")
     return hook
+
+
+def _ids(args) -> set:
+    "ids of the call's arguments and of what they hold (one level): their methods may run the package's code"
+    out = set()
+    for a in args:
+        out.add(id(a))
+        if isinstance(a, (list, tuple)):
+            out |= {id(x) for x in a}
+        elif isinstance(a, dict):
+            out |= {id(x) for x in a.values()}
+    return out
 
 
 def _pack(message) -> bytes:
@@ -198,13 +222,16 @@ def serve(path: str, exercise: str, conn):
             return
         _, args, kwargs = msg
         flagged: list[str] = []
-        sys.setprofile(_watch(exercise, flagged))
+        hook = _watch(exercise, flagged, STUDENT_FILES, _ids(list(args) + [kwargs]))
+        sys.setprofile(hook)
         try:
             result = fn(*args, **kwargs)
             error = None
         except BaseException as e:  # noqa: BLE001
             result, error = None, (type(e).__name__, str(e)[:2000])
         finally:
+            if sys.getprofile() is not hook:
+                flagged.append("sys.setprofile (the grader's watch was switched off)")
             sys.setprofile(None)
         if flagged:
             conn.send_bytes(_pack(("package", sorted(set(flagged)))))
