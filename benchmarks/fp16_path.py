@@ -56,6 +56,14 @@ def _autocast(device, precision):
     return torch.autocast(device, dtype=dtype or torch.float32, enabled=dtype is not None)
 
 
+def _set_guard(model, on: bool):
+    "Every feed-forward's fp32 `wo` under fp16: on (the default) or off"
+    from nanot5_edu.layers import GatedFeedForward
+    for m in model.modules():
+        if isinstance(m, GatedFeedForward):
+            m.wo_in_fp32_under_fp16 = on
+
+
 def section_overflow(device, big) -> dict:
     "Loss per precision on a model whose wo outputs reach ~1e5 (beyond fp16's 65,504)"
     import torch
@@ -80,12 +88,10 @@ def section_overflow(device, big) -> dict:
     row = {"largest_wo_output_fp32": float(torch.stack(outs).max())}
     for name, precision, guard in [("fp32", "fp32", True), ("bf16", "bf16", True), ("fp16", "fp16", True),
                                    ("fp16_unguarded", "fp16", False)]:
-        for f in ffs:
-            f.wo_in_fp32_under_fp16 = guard
+        _set_guard(model, guard)
         with torch.no_grad(), _autocast(device, precision):
             row[name] = float(model(ids, labels=labels).loss)
-    for f in ffs:
-        f.wo_in_fp32_under_fp16 = True
+    _set_guard(model, True)
     row["fp16_over_fp32"] = row["fp16"] / row["fp32"]
     return row
 
@@ -169,7 +175,6 @@ def _base_setup(device, big, precision):
 def section_guard_cost(device, big) -> dict:
     "fp16 train steps with and without the fp32 `wo`, alternated in rounds so drift hits both (TF32 on, as in `fit`)"
     import torch
-    from nanot5_edu.layers import GatedFeedForward
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     model, opt, scaler, ids, labels = _base_setup(device, big, "fp16")
@@ -177,9 +182,7 @@ def section_guard_cost(device, big) -> dict:
     times = {True: [], False: []}
     for _ in range(3):
         for guard in (True, False):
-            for m in model.modules():
-                if isinstance(m, GatedFeedForward):
-                    m.wo_in_fp32_under_fp16 = guard
+            _set_guard(model, guard)
             times[guard].append(_time(step, device, 10 if big else 5, 2))
     g, u = statistics.median(times[True]), statistics.median(times[False])
     return {"tf32": device == "cuda", "ms_per_step_guarded": g * 1e3, "ms_per_step_unguarded": u * 1e3, "guarded_over_unguarded": g / u,

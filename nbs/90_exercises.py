@@ -337,14 +337,22 @@ def _judge_span_lengths(length, density, mean_span):
     return judge
 
 
-def _judge_span_draws(fn):
-    a = fn(40, 0.3, 3.0, torch.Generator().manual_seed(1))
-    b = fn(40, 0.3, 3.0, torch.Generator().manual_seed(1))
-    if any(not torch.equal(x, y) for x, y in zip(a, b)):
-        return "two calls with generators seeded alike gave different lengths"
-    draws = [fn(40, 0.3, 3.0, torch.Generator().manual_seed(seed)) for seed in range(2, 12)]
-    if all(torch.equal(d[0], draws[0][0]) and torch.equal(d[1], draws[0][1]) for d in draws):
-        return f"ten different seeds all gave the same lengths ({draws[0][0].tolist()}, {draws[0][1].tolist()})"
+def _judge_draws(what: str) -> Callable:
+    "A judge: the function draws all its randomness from its `generator` (same seed, same {what}; other seeds, others)"
+    def outputs(fn, seed):
+        out = fn(40, 0.3, 3.0, torch.Generator().manual_seed(seed))
+        return [torch.as_tensor(x) for x in (out if isinstance(out, tuple) else (out,))]
+
+    def judge(fn):
+        torch.manual_seed(0)  # the global generator moves between the two calls: a function that uses it differs
+        a = outputs(fn, 1)
+        torch.manual_seed(1)
+        if any(not torch.equal(x, y) for x, y in zip(a, outputs(fn, 1))):
+            return f"two calls with generators seeded alike gave different {what}"
+        draws = [outputs(fn, seed) for seed in range(2, 12)]
+        if all(all(torch.equal(x, y) for x, y in zip(d, draws[0])) for d in draws):
+            return f"ten different seeds all gave the same {what} ({[x.long().tolist() for x in draws[0]]})"
+    return judge
 
 
 def _judge_span_distribution(fn, draws: int = 4000):
@@ -383,7 +391,7 @@ def _noise_span_cases():
                    counts_hint + "; every span holds at least one token",
                    _judge_span_lengths(length, density, mean_span))
     yield Case("the same seed twice, then ten seeds", "draw all randomness from the `generator` argument",
-               _judge_span_draws)
+               _judge_draws("lengths"))
     yield Case("2,000 draws of length=40, noise_density=0.3, mean_noise_span_length=3",
                "every split into non-empty spans must be equally likely: choose num_spans - 1 distinct cut points "
                "among the num_items - 1 places between items (e.g. torch.randperm(num_items - 1)[:num_spans - 1])",
@@ -420,18 +428,6 @@ def _judge_mask_layout(length, density, mean_span):
     return judge
 
 
-def _judge_mask_draws(fn):
-    torch.manual_seed(0)  # the global generator moves between the two calls: a function that uses it differs
-    a = fn(40, 0.3, 3.0, torch.Generator().manual_seed(1))
-    torch.manual_seed(1)
-    b = fn(40, 0.3, 3.0, torch.Generator().manual_seed(1))
-    if not torch.equal(torch.as_tensor(a), torch.as_tensor(b)):
-        return "two calls with generators seeded alike gave different masks"
-    masks = [torch.as_tensor(fn(40, 0.3, 3.0, torch.Generator().manual_seed(seed))) for seed in range(2, 12)]
-    if all(torch.equal(m, masks[0]) for m in masks):
-        return f"ten different seeds all gave the same mask ({masks[0].long().tolist()})"
-
-
 def _judge_mask_marginals(fn, draws: int = 2000):
     import numpy as np
     from nanot5_edu.spans import example_noise_mask, random_spans_noise_mask
@@ -461,7 +457,7 @@ def _noise_mask_cases():
                "the spans are placed at random: draw both sets of lengths with the generator (every split equally "
                "likely) and interleave them", _judge_mask_marginals)
     yield Case("the same seed twice, then ten seeds", "draw all randomness from the `generator` argument (not from "
-               "torch's global generator or Python's random)", _judge_mask_draws)
+               "torch's global generator or Python's random)", _judge_draws("masks"))
 
 
 # %% [markdown]

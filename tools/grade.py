@@ -403,7 +403,7 @@ def write_reports(student: str, rows: list[dict], csv_path: str | None, junit_pa
                 w.writerow({"student": student, **r})
     if junit_path:
         failures = sum(not r["passed"] for r in rows)
-        lines = [f'<?xml version="1.0" encoding="utf-8"?>',
+        lines = ['<?xml version="1.0" encoding="utf-8"?>',
                  f'<testsuite name={quoteattr(student)} tests="{len(rows)}" failures="{failures}" errors="0">']
         for r in rows:
             lines.append(f'  <testcase classname={quoteattr(r["lesson"])} name={quoteattr(r["exercise"])} '
