@@ -46,7 +46,7 @@ def _machine(device: str) -> dict:
 
 
 def _tiny():
-    from nanot5_edu.model import ModelConfig
+    from nanot5_edu.layers import ModelConfig
     return ModelConfig(vocab_size=256, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)
 
 
@@ -158,7 +158,8 @@ def _time(step, device, steps, warmup) -> float:
 
 def _base_setup(device, big, precision):
     import torch
-    from nanot5_edu.model import T5, get_config
+    from nanot5_edu.model import T5
+    from nanot5_edu.layers import get_config
     from nanot5_edu.optim import get_optimizer
     torch.manual_seed(0)
     cfg = get_config("t5-v1_1-base") if big else _tiny()
@@ -208,7 +209,8 @@ def section_compile(device, big) -> dict:
     import torch
     import torch._dynamo as dynamo
     from nanot5_edu.finetune import PaddingCollator
-    from nanot5_edu.model import T5, get_config
+    from nanot5_edu.model import T5
+    from nanot5_edu.layers import get_config
     if device != "cuda":
         return {"skipped": "inductor is not run on the CPU here (tests/test_fp16_path.py counts dynamo graphs)"}
     out = {}

@@ -39,7 +39,7 @@ _CPU_PEAK = []
 def _cpu_peak() -> float:
     "The CPU's measured bf16 matmul FLOP/s (once): the peak MFU divides by on a CPU"
     if not _CPU_PEAK:
-        from nanot5_edu.train import matmul_peak_flops
+        from nanot5_edu.config import matmul_peak_flops
         _CPU_PEAK.append(matmul_peak_flops(n=1024, repeats=3))
     return _CPU_PEAK[0]
 
@@ -83,7 +83,7 @@ def _sizes(cpu: bool) -> dict:
 
 def _batch(cfg, device, seed=0):
     import torch
-    from nanot5_edu.spans import compute_input_and_target_lengths
+    from nanot5_edu.noise import compute_input_and_target_lengths
     L_t = compute_input_and_target_lengths(cfg.data.inputs_length)[1]
     g = torch.Generator().manual_seed(seed)
     micro = cfg.optim.batch_size // cfg.optim.grad_acc
@@ -97,7 +97,7 @@ def train_steps(cfg, device: str, steps: int, warmup: int, compile_: bool = Fals
     import torch
     from nanot5_edu.model import T5
     from nanot5_edu.optim import get_optimizer
-    from nanot5_edu.train import estimate_memory, flops_per_step, peak_flops
+    from nanot5_edu.config import estimate_memory, flops_per_step, peak_flops
     precision = cfg.train.precision
     if device == "cuda":
         torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
@@ -154,7 +154,7 @@ def train_steps(cfg, device: str, steps: int, warmup: int, compile_: bool = Fals
 
 
 def section_precision(args, sizes, device, info) -> dict:
-    from nanot5_edu.train import make_config
+    from nanot5_edu.config import make_config
     rows = []
     for precision in ("fp32", "bf16", "fp16"):
         if precision == "bf16" and not info["native_bf16"]:
@@ -176,7 +176,7 @@ def section_precision(args, sizes, device, info) -> dict:
 
 
 def section_compile(args, sizes, device, info) -> dict:
-    from nanot5_edu.train import make_config
+    from nanot5_edu.config import make_config
     if device == "cpu":
         return {"skipped": "torch.compile is not measured on CPU here (see results/compile_cpu.json)"}
     precision = "bf16" if info["native_bf16"] else "fp16"
@@ -222,7 +222,8 @@ def _tokenizer(args, workdir: Path, cpu: bool) -> tuple[str, str]:
 
 
 def section_colab_t4(args, sizes, device, info) -> dict:
-    import nanot5_edu.train as tr
+    import nanot5_edu.train as tr  # its `training_stream` is swapped below for a timed one
+    from nanot5_edu.config import estimate_memory, make_config
     from nanot5_edu.data import load_corpus, write_c4_shards
     workdir = Path(tempfile.mkdtemp(prefix="gpu_check_"))
     c4 = args.c4
@@ -240,7 +241,7 @@ def section_colab_t4(args, sizes, device, info) -> dict:
             f"logging.run_dir={workdir / 'run'}"]
     if device == "cpu":
         over += ["train.precision=bf16"]  # fp16 matmuls are ~400x slower on most CPUs
-    cfg = tr.make_config("colab-t4", over)
+    cfg = make_config("colab-t4", over)
     if device == "cuda":  # this run's own peak, not an earlier section's (the H200 run of 2026-12-04 lacked this)
         import torch
         torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
@@ -259,7 +260,7 @@ def section_colab_t4(args, sizes, device, info) -> dict:
     logged = [json.loads(l) for l in (workdir / "run" / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in logged if "ms_per_step" in r]
     stream = timed["stream"]
-    est = tr.estimate_memory(cfg, device=device)
+    est = estimate_memory(cfg, device=device)
     ends = [r["step"] for r in train_rows]  # the loop's own time for its steps (evaluations and checkpoints excluded)
     train_s = sum(r["ms_per_step"] / 1e3 * (end - start) for r, start, end in zip(train_rows, [0] + ends, ends))
     out = {"steps": summary["steps"], "wall_s": wall, "tokenizer": source,
@@ -281,7 +282,7 @@ def section_colab_t4(args, sizes, device, info) -> dict:
 def section_hf(args, sizes, device, info) -> dict:
     import torch
     from nanot5_edu.model import T5
-    from nanot5_edu.train import make_config
+    from nanot5_edu.config import make_config
     precision = "bf16" if info["native_bf16"] else "fp16"
     cfg = make_config("t5-base", [*sizes["base"], f"train.precision={precision}"])
     rows = []

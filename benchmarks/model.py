@@ -25,7 +25,8 @@ def measure(impl, preset, batch, src, tgt, precision, mode, steps, device="cpu",
     import torch
     from transformers.utils import logging
     logging.set_verbosity_error()
-    from nanot5_edu.model import T5, get_config
+    from nanot5_edu.model import T5
+    from nanot5_edu.layers import get_config
     torch.manual_seed(0)
     ours = T5(get_config(preset))
     model = (ours if impl == "ours" else ours.to_hf()).to(device).train()
@@ -98,8 +99,8 @@ def main():
     args = ap.parse_args()
     import torch
     if args.device == "cuda":
-        from nanot5_edu.model import get_config
-        from nanot5_edu.train import flops_per_step, peak_flops
+        from nanot5_edu.layers import get_config
+        from nanot5_edu.config import flops_per_step, peak_flops
         flops = flops_per_step(get_config(args.preset), args.batch, 512, 114)
         peak = peak_flops(torch.device("cuda"))
         print(f"{torch.cuda.get_device_name()}, {args.preset}, batch {args.batch}, 512 -> 114, bf16"

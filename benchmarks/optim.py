@@ -6,7 +6,8 @@ import time
 
 import torch
 
-from nanot5_edu.model import T5, get_config
+from nanot5_edu.model import T5
+from nanot5_edu.layers import get_config
 from nanot5_edu.optim import AdamWScale
 
 

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from nanot5_edu.data import load_corpus
-from nanot5_edu.spans import SpanCorruptionCollator, noise_counts, pack_token_rows
+from nanot5_edu.spans import SpanCorruptionCollator, pack_token_rows
+from nanot5_edu.noise import noise_counts
 from nanot5_edu.tokenizer import DEMO_VOCAB_SIZE, encode_batch, train_tokenizer
 
 

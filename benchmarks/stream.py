@@ -32,7 +32,8 @@ from nanot5_edu.data import load_c4, load_corpus, write_c4_shards
 from nanot5_edu.model import T5
 from nanot5_edu.spans import SpanCorruptionCollator, pack_dataset
 from nanot5_edu.tokenizer import encode_batch, train_tokenizer
-from nanot5_edu import train as new
+from nanot5_edu.config import DataConfig, make_config
+from nanot5_edu.stream import StreamingBatches
 
 BEFORE = "cf16b38"  # the last commit before issue 14's changes
 warnings.filterwarnings("ignore")
@@ -85,7 +86,7 @@ def old_stream(position):
     return stream
 
 
-new_stream = lambda: new.StreamingBatches(load_c4("train", root / "c4"), tok, collator(), MICRO, SEED, num_workers=0)
+new_stream = lambda: StreamingBatches(load_c4("train", root / "c4"), tok, collator(), MICRO, SEED, num_workers=0)
 states, stream, done = {}, new_stream(), 0  # the states a run saves at each resume point
 for n in AT:
     for _ in range(packed_at[n] // MICRO - done):
@@ -109,26 +110,26 @@ print(f"  new at 1M / new at 0: {t_new[AT[-1]] / t_new[0]:.2f}x   (goal <= 2x; o
 docs = [" ".join(words[i:i + 350]) for i in range(0, len(words), 350)] * 3  # C4-sized documents (~450 tokens)
 write_c4_shards(docs, root / "c4-docs", num_shards=8)
 t5_collator = SpanCorruptionCollator(tok, 512)
-per_block = new.DataConfig().shuffle_buffer // 32  # batches of 32 in one block: a worker builds them in one go
+per_block = DataConfig().shuffle_buffer // 32  # batches of 32 in one block: a worker builds them in one go
 rates, firsts = {}, {}
 for workers in (0, 2):
-    s = new.StreamingBatches(load_c4("train", root / "c4-docs"), tok, t5_collator, 32, SEED, num_workers=workers)
+    s = StreamingBatches(load_c4("train", root / "c4-docs"), tok, t5_collator, 32, SEED, num_workers=workers)
     t = time.perf_counter(); next(s); firsts[workers] = time.perf_counter() - t  # start: fork, first block
     batches = per_block * max(1, workers)  # then one block per worker: the rest of the first, one of the next
     t = time.perf_counter()
     n = sum(next(s)["input_ids"].shape[0] for _ in range(batches)) * t5_collator.raw_length
     rates[workers] = n / (time.perf_counter() - t)
 print(f"\n2. streaming throughput after the first batch, tokenize + pack + shuffle + corrupt, 568 raw tokens a row, "
-      f"batch 32, blocks of {new.DataConfig().shuffle_buffer} rows, one block's worth per worker")
+      f"batch 32, blocks of {DataConfig().shuffle_buffer} rows, one block's worth per worker")
 print(f"  {'0 workers (in the training process)':38} {rates[0]:>12,.0f} raw tokens/s   first batch after {firsts[0]:.1f} s")
 print(f"  {'2 workers':38} {rates[2]:>12,.0f} raw tokens/s   first batch after {firsts[2]:.1f} s   "
       f"ratio {rates[2] / rates[0]:.2f}x   (goal >= 700,000/s)")
 
-cfg = new.make_config("cpu-demo")
+cfg = make_config("cpu-demo")
 model = T5(cfg.model)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 demo_collator = SpanCorruptionCollator(tok, cfg.data.inputs_length)
-s = new.StreamingBatches(load_c4("train", root / "c4-docs"), tok, demo_collator, cfg.optim.batch_size, SEED,
+s = StreamingBatches(load_c4("train", root / "c4-docs"), tok, demo_collator, cfg.optim.batch_size, SEED,
                          num_workers=2)
 t = time.perf_counter(); next(s); startup = time.perf_counter() - t
 wait = total = 0.0
@@ -156,7 +157,9 @@ def steps_per_s(module):
     return 1e3 / min(windows[1:])  # the better of windows 2 and 3 (a paused or busy machine only slows)
 
 
-import contextlib, io
+import contextlib, io, types
+from nanot5_edu.train import train
+new = types.SimpleNamespace(__name__="nanot5_edu", train=train, make_config=make_config)  # today's package
 with contextlib.redirect_stdout(io.StringIO()):
     before, after = steps_per_s(old), steps_per_s(new)
 print(f"\n3. fit, cpu-demo model, batch 16 = 4 x 4 (grad_acc=4), the better of 2 windows of 10 steps")

@@ -22,7 +22,7 @@ import datasets
 from nanot5_edu.data import load_c4, load_corpus, write_c4_shards
 from nanot5_edu.spans import SpanCorruptionCollator
 from nanot5_edu.tokenizer import train_tokenizer
-from nanot5_edu.train import StreamingBatches
+from nanot5_edu.stream import StreamingBatches
 
 warnings.filterwarnings("ignore")
 datasets.disable_progress_bars()

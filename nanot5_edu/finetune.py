@@ -19,10 +19,12 @@ from pathlib import Path
 import datasets
 import torch
 
-from .model import HF_ALIAS_KEYS, ModelConfig, T5, shift_right
+from .model import HF_ALIAS_KEYS, T5, shift_right
+from .layers import ModelConfig
 from .tokenizer import load_tokenizer
-from .train import (BatchStream, Config, ConfigError, eval_summary, export_hf, fit, make_accelerator,
-                              make_config, plot_run)
+from .train import eval_summary, export_hf, fit, make_accelerator, plot_run
+from .config import Config, ConfigError, make_config
+from .stream import BatchStream
 
 # %% auto #0
 __all__ = ['SNI_MINI', 'HELD_OUT_EVERY', 'MAX_OPTIONS', 'SPLITS', 'EVAL_SETS', 'METRICS', 'FINETUNE_PRESETS', 'E2E', 'SNIError',

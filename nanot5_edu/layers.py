@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 # %% auto #0
-__all__ = ['PRESETS', 'ModelConfig', 'get_config', 'hf_reference', 'dropout', 'RMSNorm', 'relative_position_bucket',
+__all__ = ['MODEL_PRESETS', 'ModelConfig', 'get_config', 'hf_reference', 'dropout', 'RMSNorm', 'relative_position_bucket',
            'RelativePositionBias', 'KV', 'BlockCache', 'Attention', 'GatedFeedForward']
 
 # %% ../nbs/03_t5_layers.ipynb #14473d61
@@ -43,7 +43,7 @@ class ModelConfig:
         if self.num_decoder_layers is None:
             self.num_decoder_layers = self.num_layers
 
-    def to_hf(self) -> "transformers.T5Config":
+    def to_hf(self):
         "The equivalent `transformers.T5Config` (gated-gelu, v1.1)"
         from transformers import T5Config
         kw = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lm_head_init_fix"}
@@ -60,7 +60,7 @@ class ModelConfig:
         return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls) if hasattr(cfg, f.name)})
 
 
-PRESETS = {
+MODEL_PRESETS = {
     "tiny": ModelConfig(vocab_size=8192, d_model=256, d_kv=32, d_ff=1024, num_layers=4, num_heads=8),
     "t5-v1_1-small": ModelConfig(vocab_size=32128, d_model=512, d_kv=64, d_ff=1024, num_layers=8, num_heads=6),
     "t5-v1_1-base": ModelConfig(),
@@ -69,9 +69,9 @@ PRESETS = {
 
 def get_config(name: str, **overrides) -> ModelConfig:
     "A preset by name, with field overrides"
-    if name not in PRESETS:
-        raise ValueError(f"Unknown model preset {name!r}: choose one of {sorted(PRESETS)}.")
-    return replace(PRESETS[name], **overrides)
+    if name not in MODEL_PRESETS:
+        raise ValueError(f"Unknown model preset {name!r}: choose one of {sorted(MODEL_PRESETS)}.")
+    return replace(MODEL_PRESETS[name], **overrides)
 
 # %% ../nbs/03_t5_layers.ipynb #cf6c308d
 def hf_reference(config: ModelConfig):

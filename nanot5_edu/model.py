@@ -5,29 +5,20 @@
 # %% ../nbs/03b_t5_model.ipynb #d7c401a9
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from fastcore.basics import patch
 from torch import nn
 
-from .layers import *  # lesson 03: ModelConfig, RMSNorm, Attention, GatedFeedForward, …
+from .layers import (Attention, BlockCache, dropout, GatedFeedForward, hf_reference, ModelConfig,
+                               RelativePositionBias, RMSNorm)
 
 # %% auto #0
 __all__ = ['HF_ALIAS_KEYS', 'SelfAttentionLayer', 'CrossAttentionLayer', 'FeedForwardLayer', 'Block', 'compute_dtype',
-           'mask_value', 'additive_mask', 'Stack', 'init_weights', 'Seq2SeqOutput', 'shift_right', 'T5', 'PRESETS',
-           'ModelConfig', 'get_config', 'hf_reference', 'dropout', 'RMSNorm', 'relative_position_bucket',
-           'RelativePositionBias', 'KV', 'BlockCache', 'Attention', 'GatedFeedForward']
-
-# %% ../nbs/03b_t5_model.ipynb #ab67bdd9
-# lesson 03's names, re-exported: `from nanot5_edu.model import *` gives them too
-_all_ = ["PRESETS", "ModelConfig", "get_config", "hf_reference", "dropout", "RMSNorm", "relative_position_bucket",
-         "RelativePositionBias", "KV", "BlockCache", "Attention", "GatedFeedForward"]
+           'mask_value', 'additive_mask', 'Stack', 'init_weights', 'Seq2SeqOutput', 'shift_right', 'T5']
 
 # %% ../nbs/03b_t5_model.ipynb #db519238
 class SelfAttentionLayer(nn.Module):
@@ -74,7 +65,19 @@ class Block(nn.Module):
         layers = [SelfAttentionLayer(config, has_bias, bidirectional=not is_decoder)]
         if is_decoder:
             layers.append(CrossAttentionLayer(config))
-        self.layer = nn.ModuleList(layers + [FeedForwardLayer(config)])
+        self.layer = nn.ModuleList(layers + [FeedForwardLayer(config)])  # HF's name and order: the state-dict keys
+
+    @property
+    def self_attention(self) -> Attention:
+        return self.layer[0].SelfAttention
+
+    @property
+    def cross_attention(self) -> Attention | None:
+        return self.layer[1].EncDecAttention if self.is_decoder else None
+
+    @property
+    def feed_forward(self) -> GatedFeedForward:
+        return self.layer[-1].DenseReluDense
 
     def forward(self, h, bias, encoder_out=None, encoder_mask=None, past: BlockCache | None = None):
         "Returns (h, BlockCache): the keys/values to pass back as `past` at the next decoding step"
@@ -116,10 +119,15 @@ class Stack(nn.Module):
         self.final_layer_norm = RMSNorm(config.d_model, config.layer_norm_epsilon)
         self.dropout = dropout(config.dropout_rate)
 
+    @property
+    def relative_bias(self) -> RelativePositionBias:
+        "The stack's one relative position bias table (HF keeps it in block 0's self-attention)"
+        return self.block[0].self_attention.relative_attention_bias
+
     def position_bias(self, q_len: int, k_len: int, attention_mask: torch.Tensor | None = None, q_offset: int = 0,
                       dtype: torch.dtype = torch.float32) -> torch.Tensor:
         "Block 0's relative position bias with the causal and padding ([B, k_len] 1/0) masks, in `dtype`, for every block"
-        bias = self.block[0].layer[0].SelfAttention.relative_attention_bias(q_len, k_len, q_offset)
+        bias = self.relative_bias(q_len, k_len, q_offset)
         keep = None
         if self.is_decoder and q_len > 1:
             keep = torch.ones(q_len, k_len, dtype=torch.bool, device=bias.device).tril(k_len - q_len)

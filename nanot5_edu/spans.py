@@ -9,21 +9,14 @@ import functools
 import math
 from typing import Sequence
 
-import numpy as np
 import torch
 
 from .tokenizer import NUM_SENTINELS, TokenizerError, encode_batch, sentinel_ids
-from .noise import *                            # lesson 02's readable recipe, re-exported from here
-from .noise import _check_noise, _replace_runs  # and its private helpers
-
-# so that `from nanot5_edu.spans import *` gives lesson 02's names too
-_all_ = ["SpanCorruptionError", "noise_counts", "compute_input_and_target_lengths", "random_segmentation",
-         "example_noise_mask", "corrupt_example", "uncorrupt", "span_lengths"]
+from .noise import compute_input_and_target_lengths, noise_counts, SpanCorruptionError, _check_noise
 
 # %% auto #0
 __all__ = ['pack_token_rows', 'row_documents', 'pack_dataset', 'random_cuts', 'random_spans_noise_mask', 'corrupt_spans',
-           'SpanCorruptionCollator', 'SpanCorruptionError', 'noise_counts', 'compute_input_and_target_lengths',
-           'random_segmentation', 'example_noise_mask', 'corrupt_example', 'uncorrupt', 'span_lengths']
+           'SpanCorruptionCollator']
 
 # %% ../nbs/02b_span_batches.ipynb #0b16e6c2
 def pack_token_rows(token_lists: Sequence[Sequence[int]], raw_length: int) -> list[list[int]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import importlib
 import itertools
 import json
 import os
@@ -14,6 +15,7 @@ import time
 import warnings
 import weakref
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import datasets
 import numpy as np
@@ -21,6 +23,10 @@ import torch
 
 from .data import CorpusError, load_corpus
 from .spans import SpanCorruptionCollator, pack_dataset
+
+if TYPE_CHECKING:  # type hints only: the config tree comes in lesson 07, the model in 03b
+    from nanot5_edu.config import Config
+    from nanot5_edu.model import T5
 
 # %% auto #0
 __all__ = ['BatchStream', 'default_num_workers', 'ShuffleCorruptBlock', 'StreamingBatches', 'load_texts', 'packed_rows',
@@ -142,7 +148,7 @@ _open_streams = weakref.WeakSet()  # streams with live workers: closed when Pyth
 
 def _close_at_exit(stream):
     "Have `stream` closed when Python exits, before multiprocessing's exit handler waits for the workers"
-    import multiprocessing.util  # registers that handler (once); atexit runs the ones registered later first
+    importlib.import_module("multiprocessing.util")  # registers that handler (once); atexit runs the later ones first
     atexit.unregister(_close_open_streams)  # registered once, after it
     atexit.register(_close_open_streams)
     _open_streams.add(stream)

@@ -6,8 +6,6 @@
 from __future__ import annotations
 
 import io
-import os
-import random
 import re
 from pathlib import Path
 from typing import Iterable

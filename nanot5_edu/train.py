@@ -6,40 +6,30 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
-import os
-import random
-import shutil
 import time
 from pathlib import Path
 
 import datasets
-import numpy as np
 import torch
 from omegaconf import OmegaConf
 
 from .data import is_c4_shards, load_corpus
-from .model import HF_ALIAS_KEYS, T5
+from .model import T5
 from .optim import get_lr_scheduler, get_optimizer
 from .spans import SpanCorruptionCollator
 from .tokenizer import load_tokenizer, train_tokenizer
-# the lessons before this one (05-07b): their names stay importable from nanot5_edu.train
-from .pretrain import *
-from .stream import *
-from .config import *
-from .checkpoint import *
-# 07b's private names too: `fit` calls `_any_process` and `_stoppable`, tests patch `nanot5_edu.train._Hashing`
-from .stream import _write_process_manifest  # 06's appendix: which rows each process read
-from .config import _explain_oom               # 07's appendix: an out-of-memory error that names the fix
-from .checkpoint import (_Hashing, _any_process, _check_same_setup, _cpu_group, _fsync, _os_error,
-                                   _rng_state, _set_rng_state, _sha256, _state_bytes, _stoppable, _write_failed,
-                                   _write_file)
+from .pretrain import evaluate, evaluation_batches, GAINS, unigram_baselines
+from .stream import BatchStream, FirstBatchHash, packed_rows, training_stream, _write_process_manifest
+from .config import (Config, ConfigError, flops_per_step, peak_flops, TrainingError, validate_config,
+                               _explain_oom)
+from .checkpoint import (latest_checkpoint, resume_checkpoint, RunStopped, save_checkpoint, StopRequest,
+                                   _any_process, _stoppable)
 
 # %% auto #0
-__all__ = ['EVAL_SUMMARY_KEYS', 'to_device', 'make_accelerator', 'fit', 'prepare_tokenizer', 'export_hf', 'eval_summary',
-           'validation_batches', 'train', 'plot_run']
+__all__ = ['EVAL_SUMMARY_KEYS', 'to_device', 'make_accelerator', 'LogWindow', 'evaluate_during_run', 'fit', 'prepare_tokenizer',
+           'export_hf', 'validation_batches', 'train', 'eval_summary', 'plot_run']
 
 # %% ../nbs/08_real_runs.ipynb #e1469c1c
 def _log_line(m: dict) -> str:
@@ -55,11 +45,15 @@ def to_device(batch: dict, device: torch.device) -> dict:
     return {k: (v if v.is_pinned() else v.pin_memory()).to(device, non_blocking=True) for k, v in batch.items()}
 
 
-def _truncate_metrics(path: Path, step: int):
-    "Drop metric lines after `step` (written before a crash, redone after the resume)"
-    if path.exists():
+def _start_metrics(run_dir: Path, step: int, cfg: Config):
+    "A fresh metrics.jsonl, or one cut back to `step` on a resume (lines written before a crash are redone); the config"
+    path = run_dir / "metrics.jsonl"
+    if step and path.exists():
         keep = [l for l in path.read_text().splitlines() if json.loads(l).get("step", 0) <= step]
         path.write_text("".join(l + "\n" for l in keep))
+    elif not step:
+        path.unlink(missing_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
 
 # %% ../nbs/08_real_runs.ipynb #95d8f0b2
 def make_accelerator(cfg: Config):
@@ -89,19 +83,93 @@ def make_accelerator(cfg: Config):
     return accelerator
 
 # %% ../nbs/08_real_runs.ipynb #7a3426bc
-def _stop_on_nan(window_loss: list[torch.Tensor], checked: int, step: int, grad_acc: int, run_dir: Path):
-    "Raise TrainingError at the first non-finite micro-batch loss since `checked` (one device sync for them all)"
-    losses = torch.stack(window_loss[checked:])
-    bad = ~torch.isfinite(losses)
-    if bad.any():
-        first = int(bad.nonzero()[0])
-        bad_step = step - len(window_loss) // grad_acc + 1 + (checked + first) // grad_acc  # the window's first step + …
-        last = latest_checkpoint(run_dir)
-        raise TrainingError(f"Loss is {losses[first].item()} at step {bad_step}: training stopped. The last "
-                            f"checkpoint, written before this loss was seen, is {last or 'none (no checkpoint yet)'}; "
-                            "if the update before it already blew up the weights, resume from the one before "
-                            "(checkpoint.keep_last keeps 2). Lower optim.lr, keep optim.grad_clip on, or under bf16 or fp16 "
-                            "try train.precision=fp32 to find the cause (fp16 overflows above 65,504).")
+class LogWindow:
+    "The steps since the last log line: micro-batch losses (on the device), tokens, FLOPs and wall time"
+
+    def __init__(self, carried_loss: list[torch.Tensor] = ()):
+        self.carried_loss = list(carried_loss)  # a window a stop cut short (from the checkpoint): it counts in the mean
+        self.restart()
+
+    def restart(self):
+        self.losses, self.tokens, self.flops, self.start = [], 0, 0.0, time.time()
+        self.checked = 0     # losses already checked for NaN
+        self.timed_from = 0  # ms/step counts micro-batches from here on (after a step that compiled the model)
+
+    def add(self, loss: torch.Tensor, tokens: int, flops: float):
+        self.losses.append(loss.detach().float())  # stays on the device: no sync per step
+        self.tokens += tokens
+        self.flops += flops
+
+    def leave_out_time_so_far(self):
+        "The step that compiled the model stays out of ms/step, tokens/s and MFU"
+        self.tokens, self.flops, self.start, self.timed_from = 0, 0.0, time.time(), len(self.losses)
+
+    @contextlib.contextmanager
+    def paused(self):
+        "Evaluation and checkpoints inside this block do not count in the window's time"
+        t = time.time()
+        try:
+            yield
+        finally:
+            self.start += time.time() - t
+
+    def all_losses(self) -> torch.Tensor:
+        "Every loss of the window so far: what a checkpoint keeps, so a resume after a stop goes on with it"
+        losses = self.carried_loss + self.losses
+        return torch.stack(losses).cpu() if losses else torch.zeros(0)
+
+    def stop_on_nan(self, step: int, grad_acc: int, run_dir: Path):
+        "Raise TrainingError at the first non-finite micro-batch loss not yet checked (one device sync for them all)"
+        losses = torch.stack(self.losses[self.checked:])
+        bad = ~torch.isfinite(losses)
+        if bad.any():
+            first = int(bad.nonzero()[0])
+            bad_step = step - len(self.losses) // grad_acc + 1 + (self.checked + first) // grad_acc  # window start + …
+            last = latest_checkpoint(run_dir)
+            raise TrainingError(f"Loss is {losses[first].item()} at step {bad_step}: training stopped. The last "
+                                f"checkpoint, written before this loss was seen, is {last or 'none (no checkpoint yet)'}; "
+                                "if the update before it already blew up the weights, resume from the one before "
+                                "(checkpoint.keep_last keeps 2). Lower optim.lr, keep optim.grad_clip on, or under bf16 "
+                                "or fp16 try train.precision=fp32 to find the cause (fp16 overflows above 65,504).")
+        self.checked = len(self.losses)
+
+    def close(self, grad_acc: int, num_processes: int, mean_over_processes) -> dict:
+        "The window's mean loss (over every process), ms/step, tokens/s and FLOP/s; then a new window starts"
+        dt = time.time() - self.start
+        loss = mean_over_processes(torch.stack(self.carried_loss + self.losses).mean()).item()
+        m = {"loss": loss, "ms_per_step": dt / ((len(self.losses) - self.timed_from) / grad_acc) * 1e3,
+             "tokens_per_s": self.tokens * num_processes / dt, "flops_per_s": self.flops / dt}
+        self.carried_loss = []
+        self.restart()
+        return m
+
+# %% ../nbs/08_real_runs.ipynb #97abffc2
+def _append_jsonl(path: Path, row: dict):
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def evaluate_during_run(step: int, model, unwrapped: T5, valid_batches: list[dict], accelerator, cfg: Config,
+                        tokenizer, write=print) -> dict:
+    "Held-out scores at `step` (each process scores its share; the sums are reduced); logged on the main process"
+    rank, world = accelerator.process_index, accelerator.num_processes
+    # documents of all the evaluation batches (the same on every process); fine-tuning batches have none: no gains
+    num_documents = 1 + max((int(b["document"].max()) for b in valid_batches if "document" in b), default=-1)
+    ev = evaluate(model, valid_batches[rank::world], accelerator.autocast,
+                  reduce=lambda sums: accelerator.reduce(sums, "sum"), num_documents=num_documents)
+    if accelerator.is_main_process:
+        gain = (f" | encoder gain {ev['encoder_gain']:.3f} = span {ev['span_gain']:.3f} + document "
+                f"{ev['document_gain']:.3f}" if ev["encoder_gain"] is not None else "")
+        write(f"step {step:6d} | eval loss {ev['eval_loss']:.4f} | eval accuracy {ev['eval_accuracy']:.3f}{gain}")
+        _append_jsonl(Path(cfg.logging.run_dir) / "metrics.jsonl", {"step": step, **ev})
+        b = {k: v.to(accelerator.device) for k, v in valid_batches[0].items()}
+        for i in range(min(cfg.eval.samples, len(b["input_ids"])) if step else 0):
+            mask = None if "attention_mask" not in b else b["attention_mask"][i:i + 1]
+            pred = unwrapped.generate(b["input_ids"][i:i + 1], b["labels"].shape[1], attention_mask=mask)
+            target = b["labels"][i][b["labels"][i] >= 0]
+            write(f"  target: {tokenizer.decode(target[:24])!r}\n  greedy: {tokenizer.decode(pred[0, 1:25])!r}")
+    accelerator.log({k: v for k, v in ev.items() if v is not None}, step=step)
+    return ev
 
 # %% ../nbs/08_real_runs.ipynb #27609617
 @_stoppable  # SIGTERM / Ctrl-C / train.max_minutes: finish the step, checkpoint, stop
@@ -109,69 +177,43 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
         stop: StopRequest | None = None) -> tuple[T5, int]:
     "Train `model` on `stream` as configured (resuming from the run dir); returns (unwrapped model, last step)"
     from tqdm.auto import tqdm
-    run_dir, main = Path(cfg.logging.run_dir), accelerator.is_main_process
+    run_dir, main, total = Path(cfg.logging.run_dir), accelerator.is_main_process, cfg.train.total_steps
     optimizer = get_optimizer(cfg.optim.name, model.named_parameters(), cfg.optim.lr, cfg.optim.weight_decay)
-    scheduler = get_lr_scheduler(cfg.optim.scheduler, optimizer, cfg.train.total_steps, cfg.optim.warmup_steps,
-                                 cfg.optim.final_lr)
-    step, metrics_path, carried = 0, run_dir / "metrics.jsonl", {}
+    scheduler = get_lr_scheduler(cfg.optim.scheduler, optimizer, total, cfg.optim.warmup_steps, cfg.optim.final_lr)
+    step, carried = 0, {}
     if cfg.checkpoint.resume == "auto":  # the newest intact checkpoint (a changed setup is refused)
         last, step = resume_checkpoint(run_dir, cfg, model, optimizer, scheduler, stream, accelerator, carried)
         if last is not None:
             accelerator.print(f"resumed from {last} at step {step}")
     if main:
-        if step:
-            _truncate_metrics(metrics_path, step)
-        else:
-            metrics_path.unlink(missing_ok=True)
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+        _start_metrics(run_dir, step, cfg)
     model, optimizer = accelerator.prepare(model, optimizer)
     prepared, unwrapped = model, accelerator.unwrap_model(model)  # `accumulate` needs the DDP wrapper itself
     if cfg.train.compile:  # training steps only: evaluation (another batch size) runs `prepared`, uncompiled
         model = torch.compile(model)
     device, peak = accelerator.device, peak_flops(accelerator.device, cfg.train.peak_tflops)
-    rank, world = accelerator.process_index, accelerator.num_processes
     if cfg.logging.tracker:
         accelerator.init_trackers("nanot5_edu", config=OmegaConf.to_container(OmegaConf.structured(cfg)))
-    bar = tqdm(total=cfg.train.total_steps, initial=step, disable=not (main and cfg.logging.progress_bar),
-               desc="training", dynamic_ncols=True)
-    # documents of all the evaluation batches (the same on every process); fine-tuning batches have none: no gains
-    num_documents = 1 + max((int(b["document"].max()) for b in valid_batches if "document" in b), default=-1)
-    def run_eval(step):
-        ev = evaluate(prepared, valid_batches[rank::world], accelerator.autocast,  # each process scores its share
-                      reduce=lambda sums: accelerator.reduce(sums, "sum"), num_documents=num_documents)
-        if main:
-            gain = (f" | encoder gain {ev['encoder_gain']:.3f} = span {ev['span_gain']:.3f} + document "
-                    f"{ev['document_gain']:.3f}" if ev["encoder_gain"] is not None else "")
-            bar.write(f"step {step:6d} | eval loss {ev['eval_loss']:.4f} | eval accuracy {ev['eval_accuracy']:.3f}{gain}")
-            with open(metrics_path, "a") as f:
-                f.write(json.dumps({"step": step, **ev}) + "\n")
-            b = {k: v.to(device) for k, v in valid_batches[0].items()}
-            for i in range(min(cfg.eval.samples, len(b["input_ids"])) if step else 0):
-                mask = None if "attention_mask" not in b else b["attention_mask"][i:i + 1]
-                pred = unwrapped.generate(b["input_ids"][i:i + 1], b["labels"].shape[1], attention_mask=mask)
-                target = b["labels"][i][b["labels"][i] >= 0]
-                bar.write(f"  target: {tokenizer.decode(target[:24])!r}\n  greedy: {tokenizer.decode(pred[0, 1:25])!r}")
-        accelerator.log({k: v for k, v in ev.items() if v is not None}, step=step)
-
+    bar = tqdm(total=total, initial=step, disable=not (main and cfg.logging.progress_bar), desc="training",
+               dynamic_ncols=True)
+    run_eval = lambda step: evaluate_during_run(step, prepared, unwrapped, valid_batches, accelerator, cfg, tokenizer,
+                                                bar.write)
     if step == 0:
         run_eval(0)  # the starting point of the held-out curve
-    window_loss, window_tokens, window_flops, window_start = [], 0, 0.0, time.time()
-    checked = 0  # micro-batch losses of the window already checked for NaN
-    carried_loss = list(carried.get("window_loss", torch.zeros(0)).to(device))  # a window cut by a stop goes on
-    timed_from, compiling = 0, cfg.train.compile  # the window's ms/step counts micro-batches from timed_from on
+    window = LogWindow(list(carried.get("window_loss", torch.zeros(0)).to(device)))  # a window cut by a stop goes on
+    compiling = cfg.train.compile
     model.train()
-    while step < cfg.train.total_steps:
+    while step < total:
         for _ in range(cfg.optim.grad_acc):
             batch = to_device(next(stream), device)
-            with _explain_oom(cfg, accelerator, batch), accelerator.accumulate(prepared):  # all-reduce on the last micro-batch
+            with _explain_oom(cfg, accelerator, batch), accelerator.accumulate(prepared):  # all-reduce on the last one
                 with accelerator.autocast():
                     loss = model(batch["input_ids"], attention_mask=batch.get("attention_mask"),
                                  decoder_input_ids=batch.get("decoder_input_ids"), labels=batch["labels"],
                                  decoder_attention_mask=batch.get("decoder_attention_mask")).loss
                 accelerator.backward(loss)  # divides by grad_acc
-            window_loss.append(loss.detach().float())  # stays on the device: no sync per step
-            window_tokens += batch["input_ids"].numel() + batch["labels"].numel()
-            window_flops += flops_per_step(cfg.model, *batch["input_ids"].shape, batch["labels"].shape[1])
+            window.add(loss, batch["input_ids"].numel() + batch["labels"].numel(),
+                       flops_per_step(cfg.model, *batch["input_ids"].shape, batch["labels"].shape[1]))
         clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
         grad_norm = accelerator.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
@@ -180,46 +222,40 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
         optimizer.zero_grad(set_to_none=True)
         step += 1
         bar.update(1)
+
         # a stop asked of any process stops them all at this step: one number all-reduced on the CPU, every step
-        stopping = _any_process(stop is not None and stop.requested(), accelerator) and step < cfg.train.total_steps
-        log_now = step % cfg.logging.every_steps == 0 or step == cfg.train.total_steps
+        stopping = _any_process(stop is not None and stop.requested(), accelerator) and step < total
+        log_now = step % cfg.logging.every_steps == 0 or step == total
+        evaluate_now = step % cfg.eval.every_steps == 0 or step == total
+        checkpoint_now = step % cfg.checkpoint.every_steps == 0 or step == total or stopping
         if compiling and not log_now:  # the first step compiled the model: its time stays out of ms/step
-            accelerator.print(f"step {step}: compiled and ran in {time.time() - window_start:.1f} s (not in ms/step)")
-            window_tokens, window_flops, window_start, timed_from = 0, 0.0, time.time(), len(window_loss)
+            accelerator.print(f"step {step}: compiled and ran in {time.time() - window.start:.1f} s (not in ms/step)")
+            window.leave_out_time_so_far()
         compiling = False
-        if log_now or step % cfg.eval.every_steps == 0 or step % cfg.checkpoint.every_steps == 0 or stopping:
-            _stop_on_nan(window_loss, checked, step, cfg.optim.grad_acc, run_dir)  # before any evaluation or checkpoint
-            checked = len(window_loss)
+        if log_now or evaluate_now or checkpoint_now:
+            window.stop_on_nan(step, cfg.optim.grad_acc, run_dir)  # before any evaluation or checkpoint
         if log_now:
-            dt = time.time() - window_start
-            steps_in_window = (len(window_loss) - timed_from) / cfg.optim.grad_acc
-            mean_loss = accelerator.reduce(torch.stack(carried_loss + window_loss).mean().to(device), "mean").item()
-            m = {"step": step, "loss": mean_loss, "lr": scheduler.get_last_lr()[0], "grad_norm": float(grad_norm),
-                 "ms_per_step": dt / steps_in_window * 1e3,
-                 "tokens_per_s": window_tokens * accelerator.num_processes / dt,
-                 "mfu": window_flops / dt / peak if peak else None}  # this process's FLOPs on its own device
+            w = window.close(cfg.optim.grad_acc, accelerator.num_processes,
+                             lambda loss: accelerator.reduce(loss.to(device), "mean"))
+            m = {"step": step, "loss": w["loss"], "lr": scheduler.get_last_lr()[0], "grad_norm": float(grad_norm),
+                 "ms_per_step": w["ms_per_step"], "tokens_per_s": w["tokens_per_s"],
+                 "mfu": w["flops_per_s"] / peak if peak else None}  # this process's FLOPs on its own device
             if main:
                 bar.write(_log_line(m))
-                with open(metrics_path, "a") as f:
-                    f.write(json.dumps(m) + "\n")
+                _append_jsonl(run_dir / "metrics.jsonl", m)
             accelerator.log({k: v for k, v in m.items() if v is not None}, step=step)
-            window_loss, window_tokens, window_flops, window_start, checked, timed_from = [], 0, 0.0, time.time(), 0, 0
-            carried_loss = []
-        paused = time.time()  # evaluation and checkpoints do not count in the window's ms/step
-        if step % cfg.eval.every_steps == 0 or step == cfg.train.total_steps:
-            run_eval(step)
-        if step % cfg.checkpoint.every_steps == 0 or step == cfg.train.total_steps or stopping:
-            window = carried_loss + window_loss  # the logging window so far: a resume after a stop goes on with it
-            saved = save_checkpoint(run_dir, step, unwrapped, optimizer, scheduler, stream, cfg,
-                                    cfg.checkpoint.keep_last, accelerator,
-                                    extra={"window_loss": torch.stack(window).cpu() if window else torch.zeros(0)})
-        window_start += time.time() - paused
+        with window.paused():  # evaluation and checkpoints do not count in the window's ms/step
+            if evaluate_now:
+                run_eval(step)
+            if checkpoint_now:
+                saved = save_checkpoint(run_dir, step, unwrapped, optimizer, scheduler, stream, cfg,
+                                        cfg.checkpoint.keep_last, accelerator,
+                                        extra={"window_loss": window.all_losses()})
         if stopping:
             bar.close()
-            reason = stop.reason or "asked on another process"
-            raise RunStopped(f"Stopped at step {step} of {cfg.train.total_steps} ({reason}), after writing the "
-                             f"checkpoint {saved}. Run the same command again to resume from it.", step, saved, run_dir,
-                             main, accelerator.num_processes)
+            raise RunStopped(f"Stopped at step {step} of {total} ({stop.reason or 'asked on another process'}), after "
+                             f"writing the checkpoint {saved}. Run the same command again to resume from it.", step,
+                             saved, run_dir, main, accelerator.num_processes)
     bar.close()
     return unwrapped, step
 
@@ -243,19 +279,6 @@ def export_hf(model: T5, tokenizer, out_dir: Path) -> Path:
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir
-
-
-EVAL_SUMMARY_KEYS = ("eval_accuracy", "eval_loss_own", "eval_loss_same_document", "eval_loss_other_document",
-                     "eval_loss_shuffled_encoder", *GAINS, *(g + "_ci95" for g in GAINS), "eval_documents",
-                     "eval_gain_rows")
-
-
-def eval_summary(run_dir: Path) -> dict:
-    "First and last evaluation of a run, from its metrics.jsonl: held-out loss, the three gains with their intervals"
-    evals = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if "eval_loss" in l]
-    last = evals[-1] if evals else {}
-    return {"first_eval_loss": evals[0]["eval_loss"] if evals else None, "final_eval_loss": last.get("eval_loss"),
-            **{f"final_{k}": last.get(k) for k in EVAL_SUMMARY_KEYS}}
 
 
 def validation_batches(cfg: Config, tokenizer) -> list[dict]:
@@ -313,6 +336,19 @@ def train(cfg: Config) -> dict:
     return summary
 
 # %% ../nbs/08_real_runs.ipynb #40f8f5dc
+EVAL_SUMMARY_KEYS = ("eval_accuracy", "eval_loss_own", "eval_loss_same_document", "eval_loss_other_document",
+                     "eval_loss_shuffled_encoder", *GAINS, *(g + "_ci95" for g in GAINS), "eval_documents",
+                     "eval_gain_rows")
+
+
+def eval_summary(run_dir: Path) -> dict:
+    "First and last evaluation of a run, from its metrics.jsonl: held-out loss, the three gains with their intervals"
+    evals = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if "eval_loss" in l]
+    last = evals[-1] if evals else {}
+    return {"first_eval_loss": evals[0]["eval_loss"] if evals else None, "final_eval_loss": last.get("eval_loss"),
+            **{f"final_{k}": last.get(k) for k in EVAL_SUMMARY_KEYS}}
+
+
 def plot_run(run_dir: str | Path, baselines: dict | None = None) -> Path:
     "Losses, held-out accuracy, gradient norm and learning rate of a run dir, saved as run_dir/loss.png"
     import matplotlib.pyplot as plt

@@ -30,8 +30,6 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 from __future__ import annotations
 
 import io
-import os
-import random
 import re
 from pathlib import Path
 from typing import Iterable
@@ -42,7 +40,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase, T5TokenizerFast
 # %%
 #| hide
 from fastcore.test import test_eq, test_fail, test_close
-import collections, tempfile
+import collections, os, random, tempfile
 import numpy as np
 import matplotlib.pyplot as plt
 from nanot5_edu.data import load_corpus

@@ -26,7 +26,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # **What you will build**: `pack_dataset` (documents → fixed-length rows, for a list or a stream), `random_cuts`
 # and `random_spans_noise_mask` (a batch of T5 noise masks in a few tensor ops), `corrupt_spans` (a batch
 # corrupted by `gather`), and `SpanCorruptionCollator`, the `DataLoader` collator every training run uses. They go
-# into `nanot5_edu.spans`, which also re-exports lesson 02's names.
+# into `nanot5_edu.spans` (lesson 02's one-row recipe stays in `nanot5_edu.noise`).
 
 # %%
 #| default_exp spans
@@ -39,33 +39,23 @@ import functools
 import math
 from typing import Sequence
 
-import numpy as np
 import torch
 
 from nanot5_edu.tokenizer import NUM_SENTINELS, TokenizerError, encode_batch, sentinel_ids
-from nanot5_edu.noise import *                            # lesson 02's readable recipe, re-exported from here
-from nanot5_edu.noise import _check_noise, _replace_runs  # and its private helpers
-
-# so that `from nanot5_edu.spans import *` gives lesson 02's names too
-_all_ = ["SpanCorruptionError", "noise_counts", "compute_input_and_target_lengths", "random_segmentation",
-         "example_noise_mask", "corrupt_example", "uncorrupt", "span_lengths"]
+from nanot5_edu.noise import compute_input_and_target_lengths, noise_counts, SpanCorruptionError, _check_noise
 
 # %%
 #| hide
 from fastcore.test import test_eq, test_fail, test_close
 import random, tempfile
+import numpy as np
 from pathlib import Path
 import matplotlib.pyplot as plt
 from nanot5_edu.data import load_corpus
 from nanot5_edu.tokenizer import train_tokenizer, DEMO_VOCAB_SIZE
+from nanot5_edu.noise import corrupt_example, example_noise_mask, span_lengths, uncorrupt  # lesson 02's one-row recipe
 
 random.seed(0); np.random.seed(0); torch.manual_seed(0);
-
-# %%
-#| hide
-# `from nanot5_edu.spans import X` and `import *` keep working for every name of lesson 02 (the _all_ list above)
-import nanot5_edu.noise, nanot5_edu.spans
-test_eq(set(nanot5_edu.noise.__all__) - set(nanot5_edu.spans.__all__), set())
 
 # %% [markdown]
 # The corpus and the 8,000-piece tokenizer with 100 sentinels of lessons 00 and 01, as in lesson 02:

@@ -128,7 +128,7 @@ class ModelConfig:
         if self.num_decoder_layers is None:
             self.num_decoder_layers = self.num_layers
 
-    def to_hf(self) -> "transformers.T5Config":
+    def to_hf(self):
         "The equivalent `transformers.T5Config` (gated-gelu, v1.1)"
         from transformers import T5Config
         kw = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lm_head_init_fix"}
@@ -145,7 +145,7 @@ class ModelConfig:
         return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls) if hasattr(cfg, f.name)})
 
 
-PRESETS = {
+MODEL_PRESETS = {
     "tiny": ModelConfig(vocab_size=8192, d_model=256, d_kv=32, d_ff=1024, num_layers=4, num_heads=8),
     "t5-v1_1-small": ModelConfig(vocab_size=32128, d_model=512, d_kv=64, d_ff=1024, num_layers=8, num_heads=6),
     "t5-v1_1-base": ModelConfig(),
@@ -154,9 +154,9 @@ PRESETS = {
 
 def get_config(name: str, **overrides) -> ModelConfig:
     "A preset by name, with field overrides"
-    if name not in PRESETS:
-        raise ValueError(f"Unknown model preset {name!r}: choose one of {sorted(PRESETS)}.")
-    return replace(PRESETS[name], **overrides)
+    if name not in MODEL_PRESETS:
+        raise ValueError(f"Unknown model preset {name!r}: choose one of {sorted(MODEL_PRESETS)}.")
+    return replace(MODEL_PRESETS[name], **overrides)
 
 
 # %%

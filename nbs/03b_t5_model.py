@@ -25,8 +25,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # model, shape by shape, which this lesson's appendix measures. The check cells use `test_eq`, `test_ne`,
 # `test_close`, `test_fail` from `fastcore.test`, imported in a hidden cell below with numpy as `np` and matplotlib as `plt`.
 #
-# **What you will build** (the module `nanot5_edu.model`, which also re-exports every name of
-# `nanot5_edu.layers`): the blocks and `Stack` with `additive_mask`, `init_weights` with the LM-head fix, and `T5`
+# **What you will build** (the module `nanot5_edu.model`; lesson 03's layers stay in `nanot5_edu.layers`): the blocks and `Stack` with `additive_mask`, `init_weights` with the LM-head fix, and `T5`
 # (with `Seq2SeqOutput` and `shift_right`): forward with the loss, `from_hf`, `to_hf` and `save_pretrained`, and
 # greedy or top-k generation with a KV cache. You will end by measuring why the head's init matters.
 
@@ -37,39 +36,30 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 #| export
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from fastcore.basics import patch
 from torch import nn
 
-from nanot5_edu.layers import *  # lesson 03: ModelConfig, RMSNorm, Attention, GatedFeedForward, …
-
-# %%
-#| export
-# lesson 03's names, re-exported: `from nanot5_edu.model import *` gives them too
-_all_ = ["PRESETS", "ModelConfig", "get_config", "hf_reference", "dropout", "RMSNorm", "relative_position_bucket",
-         "RelativePositionBias", "KV", "BlockCache", "Attention", "GatedFeedForward"]
+from nanot5_edu.layers import (Attention, BlockCache, dropout, GatedFeedForward, hf_reference, ModelConfig,
+                               RelativePositionBias, RMSNorm)
 
 # %%
 #| hide
 from fastcore.test import test_eq, test_ne, test_fail, test_close
-import tempfile, random
+import math, tempfile, random
+from dataclasses import replace
 import numpy as np
 import matplotlib.pyplot as plt
 import transformers
 from transformers.utils import logging as hf_logging
-import nanot5_edu.layers, nanot5_edu.model
+from nanot5_edu.layers import MODEL_PRESETS, get_config
 
 hf_logging.set_verbosity_error(); hf_logging.disable_progress_bar()
 random.seed(0); np.random.seed(0); torch.manual_seed(0);
-# `from nanot5_edu.model import X` and `import *` keep working for every name of lesson 03 (the _all_ list above)
-test_eq(set(nanot5_edu.layers.__all__) - set(nanot5_edu.model.__all__), set())
 
 
 # %% [markdown]
@@ -77,7 +67,9 @@ test_eq(set(nanot5_edu.layers.__all__) - set(nanot5_edu.model.__all__), set())
 #
 # Every sublayer is pre-norm with a residual: `h + dropout(sublayer(norm(h)))`. An encoder block is
 # self-attention then feed-forward; a decoder block adds cross-attention to the encoder's output in
-# between. The module tree (`block.i.layer.j.SelfAttention` …) is HF's, so the state dicts line up.
+# between. The module tree (`block.i.layer.j.SelfAttention` …) is HF's, so the state dicts line up; properties give
+# its parts readable names (`block.self_attention`, `block.cross_attention`, `block.feed_forward`,
+# `stack.relative_bias`) without changing a state-dict key.
 
 # %%
 #| export
@@ -125,7 +117,19 @@ class Block(nn.Module):
         layers = [SelfAttentionLayer(config, has_bias, bidirectional=not is_decoder)]
         if is_decoder:
             layers.append(CrossAttentionLayer(config))
-        self.layer = nn.ModuleList(layers + [FeedForwardLayer(config)])
+        self.layer = nn.ModuleList(layers + [FeedForwardLayer(config)])  # HF's name and order: the state-dict keys
+
+    @property
+    def self_attention(self) -> Attention:
+        return self.layer[0].SelfAttention
+
+    @property
+    def cross_attention(self) -> Attention | None:
+        return self.layer[1].EncDecAttention if self.is_decoder else None
+
+    @property
+    def feed_forward(self) -> GatedFeedForward:
+        return self.layer[-1].DenseReluDense
 
     def forward(self, h, bias, encoder_out=None, encoder_mask=None, past: BlockCache | None = None):
         "Returns (h, BlockCache): the keys/values to pass back as `past` at the next decoding step"
@@ -191,10 +195,15 @@ class Stack(nn.Module):
         self.final_layer_norm = RMSNorm(config.d_model, config.layer_norm_epsilon)
         self.dropout = dropout(config.dropout_rate)
 
+    @property
+    def relative_bias(self) -> RelativePositionBias:
+        "The stack's one relative position bias table (HF keeps it in block 0's self-attention)"
+        return self.block[0].self_attention.relative_attention_bias
+
     def position_bias(self, q_len: int, k_len: int, attention_mask: torch.Tensor | None = None, q_offset: int = 0,
                       dtype: torch.dtype = torch.float32) -> torch.Tensor:
         "Block 0's relative position bias with the causal and padding ([B, k_len] 1/0) masks, in `dtype`, for every block"
-        bias = self.block[0].layer[0].SelfAttention.relative_attention_bias(q_len, k_len, q_offset)
+        bias = self.relative_bias(q_len, k_len, q_offset)
         keep = None
         if self.is_decoder and q_len > 1:
             keep = torch.ones(q_len, k_len, dtype=torch.bool, device=bias.device).tril(k_len - q_len)
@@ -230,7 +239,7 @@ class Stack(nn.Module):
 cfg = ModelConfig(d_model=32, d_kv=8, num_heads=4, relative_attention_num_buckets=16, relative_attention_max_distance=20)
 enc, dec = Stack(cfg, nn.Embedding(64, 32), is_decoder=False), Stack(cfg, nn.Embedding(64, 32), is_decoder=True)
 for stack in (enc, dec):
-    nn.init.normal_(stack.block[0].layer[0].SelfAttention.relative_attention_bias.weight)
+    nn.init.normal_(stack.relative_bias.weight)
 enc_attention_mask = torch.ones(2, 12, dtype=torch.long); enc_attention_mask[1, 8:] = 0
 with torch.no_grad():
     enc_bias = enc.position_bias(12, 12, enc_attention_mask)                                 # [2, heads, 12, 12]
@@ -418,7 +427,7 @@ class T5(nn.Module):
 
 # %%
 with torch.device("meta"):
-    counts = {name: T5(get_config(name)).num_parameters() for name in PRESETS}
+    counts = {name: T5(get_config(name)).num_parameters() for name in MODEL_PRESETS}
 test_eq(counts["t5-v1_1-base"], 247_577_856)
 test_eq(counts["tiny"], 13_637_632)  # 2·8192·256 + 4 encoder + 4 decoder blocks
 counts
@@ -430,7 +439,7 @@ counts
 # %%
 torch.manual_seed(0)
 t = T5(get_config("tiny"))
-att, ff = t.encoder.block[0].layer[0].SelfAttention, t.encoder.block[0].layer[1].DenseReluDense
+att, ff = t.encoder.block[0].self_attention, t.encoder.block[0].feed_forward
 stds = {"q": (att.q.weight, (256 * 32) ** -0.5), "k": (att.k.weight, 256 ** -0.5), "o": (att.o.weight, 256 ** -0.5),
         "wi_0": (ff.wi_0.weight, 256 ** -0.5), "wo": (ff.wo.weight, 1024 ** -0.5), "shared": (t.shared.weight, 1.0),
         "lm_head": (t.lm_head.weight, 256 ** -0.5)}
@@ -760,10 +769,10 @@ with torch.device("meta"):
     base = T5(get_config("t5-v1_1-base"))
     input_ids, labels = torch.zeros(4, 512, dtype=torch.long), torch.zeros(4, 114, dtype=torch.long)
 enc_block, dec_block = base.encoder.block[0], base.decoder.block[0]
-watch = {"2 encoder embedding": base.shared, "4 q (before the head split)": enc_block.layer[0].SelfAttention.q,
-         "5 self-attention output": enc_block.layer[0].SelfAttention.o, "6 wi_0": enc_block.layer[1].DenseReluDense.wi_0,
-         "6 wo": enc_block.layer[1].DenseReluDense.wo, "7 encoder output": base.encoder.final_layer_norm,
-         "9 cross-attention k (before the head split)": dec_block.layer[1].EncDecAttention.k, "10 decoder output": base.decoder.final_layer_norm,
+watch = {"2 encoder embedding": base.shared, "4 q (before the head split)": enc_block.self_attention.q,
+         "5 self-attention output": enc_block.self_attention.o, "6 wi_0": enc_block.feed_forward.wi_0,
+         "6 wo": enc_block.feed_forward.wo, "7 encoder output": base.encoder.final_layer_norm,
+         "9 cross-attention k (before the head split)": dec_block.cross_attention.k, "10 decoder output": base.decoder.final_layer_norm,
          "11 logits": base.lm_head}
 seen, hooks = {}, []
 def record(name):

@@ -45,7 +45,8 @@ import copy, json, random
 import numpy as np
 import matplotlib.pyplot as plt
 import ipywidgets as widgets
-from nanot5_edu.model import T5, get_config, ModelConfig
+from nanot5_edu.model import T5
+from nanot5_edu.layers import get_config, ModelConfig
 from nanot5_edu.data import results_file
 
 random.seed(0); np.random.seed(0); torch.manual_seed(0);

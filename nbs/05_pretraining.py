@@ -45,7 +45,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import datasets
 from nanot5_edu.data import load_corpus
-from nanot5_edu.model import PRESETS as MODEL_PRESETS, T5
+from nanot5_edu.model import T5
+from nanot5_edu.layers import MODEL_PRESETS
 from nanot5_edu.optim import get_lr_scheduler, get_optimizer
 from nanot5_edu.spans import pack_dataset
 from nanot5_edu.tokenizer import DEMO_VOCAB_SIZE, train_tokenizer
@@ -62,7 +63,7 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # model is the `tiny` T5 cut to one encoder and one decoder layer, the CPU demo's size. The names come from the
 # package modules of those lessons (imported in a hidden cell): `load_corpus` from `nanot5_edu.data`,
 # `train_tokenizer` and `DEMO_VOCAB_SIZE` from `nanot5_edu.tokenizer`, `pack_dataset` from `nanot5_edu.spans`,
-# `T5` and its `PRESETS` (here `MODEL_PRESETS`) from `nanot5_edu.model`, `get_optimizer` and `get_lr_scheduler`
+# `MODEL_PRESETS` from `nanot5_edu.layers`, `T5` from `nanot5_edu.model`, `get_optimizer` and `get_lr_scheduler`
 # from `nanot5_edu.optim`.
 
 # %%
@@ -484,7 +485,8 @@ test_fail(lambda: fill_in(stub, fill_tok, "word " * 200 + "<extra_id_0>", max_in
 # [06](06_streams.ipynb)–[08](08_real_runs.ipynb) build; here it is the way to run the loop for 3,000 steps.
 
 # %%
-from nanot5_edu.train import make_config, train  # lesson 08 builds them
+from nanot5_edu.config import make_config  # lesson 07 builds it
+from nanot5_edu.train import train  # lesson 08 builds it
 
 # %%
 #| slow

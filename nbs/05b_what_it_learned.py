@@ -38,7 +38,8 @@ from nanot5_edu.tokenizer import load_tokenizer, sentinel_ids   # 01
 from nanot5_edu.model import T5                                 # 03b
 from nanot5_edu.pretrain import (GAINS, fill_in, gain_by_token_kind, gain_table, generate_spans,  # 05
                                  split_at_sentinels)
-from nanot5_edu.train import make_config, train, validation_batches  # 08 builds them
+from nanot5_edu.config import make_config  # 07 builds it
+from nanot5_edu.train import train, validation_batches  # 08 builds them
 
 # %%
 #| hide

@@ -36,7 +36,8 @@ import numpy as np
 import torch
 
 from nanot5_edu.data import results_file                     # 00: saved results, wherever this runs
-from nanot5_edu.model import T5, get_config                  # 03, 03b
+from nanot5_edu.layers import get_config  # 03
+from nanot5_edu.model import T5  # 03b
 from nanot5_edu.optim import get_lr_scheduler, get_optimizer  # 04
 
 # %%

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import importlib
 import itertools
 import json
 import os
@@ -35,6 +36,7 @@ import time
 import warnings
 import weakref
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import datasets
 import numpy as np
@@ -43,6 +45,10 @@ import torch
 from nanot5_edu.data import CorpusError, load_corpus
 from nanot5_edu.spans import SpanCorruptionCollator, pack_dataset
 
+if TYPE_CHECKING:  # type hints only: the config tree comes in lesson 07, the model in 03b
+    from nanot5_edu.config import Config
+    from nanot5_edu.model import T5
+
 # %%
 #| hide
 from fastcore.test import test_eq, test_close
@@ -50,7 +56,7 @@ import tempfile, time
 from pathlib import Path
 import matplotlib.pyplot as plt
 from nanot5_edu.data import write_c4_shards
-from nanot5_edu.model import PRESETS as MODEL_PRESETS
+from nanot5_edu.layers import MODEL_PRESETS
 from nanot5_edu.spans import pack_token_rows
 from nanot5_edu.tokenizer import DEMO_VOCAB_SIZE, encode_batch, train_tokenizer
 datasets.disable_progress_bars()
@@ -286,7 +292,7 @@ _open_streams = weakref.WeakSet()  # streams with live workers: closed when Pyth
 
 def _close_at_exit(stream):
     "Have `stream` closed when Python exits, before multiprocessing's exit handler waits for the workers"
-    import multiprocessing.util  # registers that handler (once); atexit runs the ones registered later first
+    importlib.import_module("multiprocessing.util")  # registers that handler (once); atexit runs the later ones first
     atexit.unregister(_close_open_streams)  # registered once, after it
     atexit.register(_close_open_streams)
     _open_streams.add(stream)

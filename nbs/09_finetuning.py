@@ -44,10 +44,12 @@ from pathlib import Path
 import datasets
 import torch
 
-from nanot5_edu.model import HF_ALIAS_KEYS, ModelConfig, T5, shift_right
+from nanot5_edu.model import HF_ALIAS_KEYS, T5, shift_right
+from nanot5_edu.layers import ModelConfig
 from nanot5_edu.tokenizer import load_tokenizer
-from nanot5_edu.train import (BatchStream, Config, ConfigError, eval_summary, export_hf, fit, make_accelerator,
-                              make_config, plot_run)
+from nanot5_edu.train import eval_summary, export_hf, fit, make_accelerator, plot_run
+from nanot5_edu.config import Config, ConfigError, make_config
+from nanot5_edu.stream import BatchStream
 
 # %%
 #| hide
@@ -376,7 +378,7 @@ def option_log_likelihoods(model: T5, input_ids: torch.Tensor,  # [batch, source
 # one option, $\sum_t \log \mathrm{softmax}(\text{logits}_t)[o_t]$:
 
 # %%
-from nanot5_edu.model import ModelConfig
+from nanot5_edu.layers import ModelConfig
 torch.manual_seed(0)
 tiny = T5(ModelConfig(vocab_size=len(tok), d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4)).eval()
 prompts = [tok("Is the sky blue?").input_ids, tok("Is the following sentence plausible? The cat barked.").input_ids]

@@ -46,7 +46,7 @@ from nanot5_edu.data import results_file
 from nanot5_edu.finetune import (E2E, checkpoint_model_config, e2e_name, finetune, load_sni, make_finetune_config,
                                  name_copy_share)
 from nanot5_edu.model import T5
-from nanot5_edu.train import make_config
+from nanot5_edu.config import make_config
 
 # %%
 #| hide
@@ -434,8 +434,8 @@ if RESULTS.exists():
 # natural-instructions` runs that setting on a GPU. The compute between the two pre-trainings:
 
 # %%
-from nanot5_edu.spans import compute_input_and_target_lengths
-from nanot5_edu.train import flops_per_step
+from nanot5_edu.noise import compute_input_and_target_lengths
+from nanot5_edu.config import flops_per_step
 
 
 def pretraining_flops(preset: str) -> float:
@@ -519,7 +519,7 @@ assert 1e4 < ratio < 1e5
 # %%
 #| hide
 from nanot5_edu.data import load_corpus
-from nanot5_edu.model import ModelConfig
+from nanot5_edu.layers import ModelConfig
 from nanot5_edu.tokenizer import train_tokenizer
 from nanot5_edu.train import export_hf
 import torch

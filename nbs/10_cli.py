@@ -90,7 +90,7 @@ def saved_overrides(path: str | Path) -> list[str]:
     "A saved config.yaml (or the run directory holding it) as key=value items for `make_config`"
     import json
     from omegaconf import OmegaConf
-    from nanot5_edu.train import ConfigError
+    from nanot5_edu.config import ConfigError
     path = Path(path)
     path = path / "config.yaml" if path.is_dir() else path
     if not path.is_file():
@@ -121,7 +121,7 @@ CARDS = {"Tesla T4": 14.7, "NVIDIA L4": 22.0, "NVIDIA A100-SXM4-40GB": 39.4, "NV
 
 def resource_estimates(cfg, world_size: int = 1, mfu: float = 0.3) -> str:
     "Memory (estimate_memory) and time (flops_per_step at an assumed MFU) of a pre-training config, as YAML comments"
-    from nanot5_edu.train import PEAK_TFLOPS, estimate_memory, estimate_time
+    from nanot5_edu.config import PEAK_TFLOPS, estimate_memory, estimate_time
     e, GiB = estimate_memory(cfg, world_size), 2 ** 30
     parts = ", ".join(f"{k.replace('_', ' ')} {e[k] / GiB:.1f}" for k in
                       ("weights", "gradients", "optimizer_state", "weight_copies_16bit", "activations", "attention_bias",
@@ -161,7 +161,8 @@ def resource_estimates(cfg, world_size: int = 1, mfu: float = 0.3) -> str:
 #| export
 def pretrain_cmd(args: argparse.Namespace) -> int:
     "Pre-train with a preset (or a saved config) and key=value overrides; print where everything went"
-    from nanot5_edu.train import ConfigError, make_config, train, validate_config
+    from nanot5_edu.train import train
+    from nanot5_edu.config import ConfigError, make_config, validate_config
     items = list(args.overrides)
     preset = items.pop(0) if items and "=" not in items[0] else None
     if preset and args.config:
@@ -247,7 +248,7 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
     import json
     from omegaconf import OmegaConf
     from nanot5_edu.finetune import EVAL_SETS, evaluate_sni, load_model, load_sni
-    from nanot5_edu.train import ConfigError
+    from nanot5_edu.config import ConfigError
     sni = _finetune_config(args, None).sni  # the architecture comes with the weights: only the sni.* keys are read
     sni.checkpoint = args.checkpoint
     if sni.eval_on not in (*EVAL_SETS, "both"):
@@ -279,33 +280,26 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
 # %% [markdown]
 # ## The parser
 #
-# The preset names in `pretrain --help` come from `PRESETS` itself. Importing it loads PyTorch (seconds), so a
+# The preset names in `pretrain --help` come from `RUN_PRESETS` itself. Importing it loads PyTorch (seconds), so a
 # small help formatter fills `{presets}` in only when that help page is shown: `nanot5-edu --help` does not load PyTorch.
 #
 # `parse_args` uses `parse_known_args` because plain `argparse` fills a `nargs="*"` positional from one unbroken
 # run of words: `pretrain a=1 --config DIR b=2` would reject `b=2`. The leftovers that are not flags are added to
-# the overrides, so `key=value` items may come anywhere. (`evaluate` had flags of its own in an earlier version,
-# `OLD_FLAGS`; they fail with the override that replaces each, shown in the appendix.)
+# the overrides, so `key=value` items may come anywhere.
 #
-# `main` turns what a job raised into an exit status: `RunStopped` (a stop on request, defined in `nanot5_edu.train`,
+# `main` turns what a job raised into an exit status: `RunStopped` (a stop on request, defined in `nanot5_edu.checkpoint`,
 # which `_run_stopped` looks up only if a job has imported it) is 3 with a `resume:` line; a `ValueError` or
 # `RuntimeError` whose class this package defines is 2 with one line; any other exception is re-raised.
 
 # %%
 #| export
 class _PresetHelp(argparse.HelpFormatter):
-    "Fills {presets} in a help string with the names in `nanot5_edu.train.PRESETS` when the help is shown"
+    "Fills {presets} in a help string with the names in `nanot5_edu.config.RUN_PRESETS` when the help is shown"
     def _get_help_string(self, action):
         if "{presets}" not in (action.help or ""):
             return action.help
-        from nanot5_edu.train import PRESETS
-        return action.help.replace("{presets}", ", ".join(PRESETS))
-
-
-OLD_FLAGS = {"--eval-on": "sni.eval_on", "--seen-instances-per-task": "sni.seen_instances_per_task",
-             "--unseen-instances-per-task": "sni.unseen_instances_per_task",
-             "--max-source-length": "sni.max_source_length", "--max-new-tokens": "sni.max_target_length",
-             "--batch-size": "sni.eval_batch_size"}
+        from nanot5_edu.config import RUN_PRESETS
+        return action.help.replace("{presets}", ", ".join(RUN_PRESETS))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -352,13 +346,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     "Parse a command line; key=value items may come before, between or after the flags"
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    flags = [a for a in extra if a.startswith("-")]
-    if flags:
-        hints = [f"{f} is now the override {OLD_FLAGS[f]}=VALUE" for f in flags if f in OLD_FLAGS]
-        parser.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
+    if extra and (any(a.startswith("-") for a in extra) or not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
-        if not hasattr(args, "overrides"):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides += extra
     return args
 
@@ -367,9 +357,9 @@ EXIT_DONE, EXIT_ERROR, EXIT_STOPPED = 0, 2, 3
 
 
 def _run_stopped() -> tuple:
-    "RunStopped when a job has loaded nanot5_edu.train (every job that can stop has), else nothing to catch"
-    train = sys.modules.get("nanot5_edu.train")  # not imported here: `nanot5-edu --help` stays instant
-    return (train.RunStopped,) if train else ()
+    "RunStopped when a job has loaded nanot5_edu.checkpoint (every job that can stop has), else nothing to catch"
+    checkpoint = sys.modules.get("nanot5_edu.checkpoint")  # not imported here: `nanot5-edu --help` stays instant
+    return (checkpoint.RunStopped,) if checkpoint else ()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -475,7 +465,7 @@ test_eq(sorted(p.name for p in (run_dir / "checkpoints").iterdir()), ["step_0000
 # resume from the last checkpoint instead, `checkpoint.resume=auto`.)
 
 # %%
-from nanot5_edu.train import make_config
+from nanot5_edu.config import make_config
 test_eq(make_config("cpu-demo", saved_overrides(run_dir)), make_config("cpu-demo", SHORT))
 again = run_dir.parent / "again"
 with contextlib.redirect_stdout(io.StringIO()):
@@ -537,17 +527,13 @@ losses(again)
 #    still be equal, and why?
 
 # %% [markdown]
-# ## Appendix: ambiguous and retired arguments
+# ## Appendix: an ambiguous command line
 #
-# A preset and a saved config together are ambiguous (the saved config sets every key), and `evaluate`'s old flags
-# name the override that replaces them:
+# A preset and a saved config together are ambiguous (the saved config sets every key):
 
 # %%
 with contextlib.redirect_stderr(err := io.StringIO()): rc = main(["pretrain", "t5-base", "--config", str(run_dir)])
 test_eq(rc, 2); print(err.getvalue())
-with contextlib.redirect_stderr(err := io.StringIO()): rc = cli("evaluate", "--checkpoint", "x", "--seen-instances-per-task", "5")
-test_eq(rc, 2); print(err.getvalue())
-test_eq("sni.seen_instances_per_task=VALUE" in err.getvalue(), True)
 
 # %% [markdown]
 # **Exit statuses under `accelerate launch`.** The launcher's own status differs: 1 when a process ended with any

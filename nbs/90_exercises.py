@@ -49,7 +49,7 @@ import random
 import string
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -316,7 +316,7 @@ def _as_long_1d(x, what: str) -> str | None:
 
 
 def _judge_span_lengths(length, density, mean_span):
-    from nanot5_edu.spans import noise_counts
+    from nanot5_edu.noise import noise_counts
     num_noise, num_spans = _agree("noise_span_lengths", noise_counts(length, density, mean_span),
                                   _hand_counts(length, density, mean_span))
 
@@ -430,7 +430,8 @@ def _judge_mask_layout(length, density, mean_span):
 
 def _judge_mask_marginals(fn, draws: int = 2000):
     import numpy as np
-    from nanot5_edu.spans import example_noise_mask, random_spans_noise_mask
+    from nanot5_edu.spans import random_spans_noise_mask
+    from nanot5_edu.noise import example_noise_mask
     ours = random_spans_noise_mask(40, 0.3, 3.0, torch.Generator().manual_seed(0), batch=20000).double().mean(0)
     rng = np.random.default_rng(0)
     numpy_ref = torch.tensor(np.stack([example_noise_mask(40, 0.3, 3.0, rng) for _ in range(4000)]).mean(0))
@@ -472,7 +473,8 @@ def _noise_mask_cases():
           "target lists each sentinel followed by the tokens it hides (runs of kept tokens become sentinels there). "
           "The k-th sentinel is `first_sentinel - k`; both sequences end with `eos_id`.")
 def _corrupt_cases():
-    from nanot5_edu.spans import corrupt_example, corrupt_spans, random_spans_noise_mask
+    from nanot5_edu.spans import corrupt_spans, random_spans_noise_mask
+    from nanot5_edu.noise import corrupt_example
     ids, first, eos = list(range(10, 18)), 99, 1
     one_span = [0, 0, 0, 0, 0, 1, 1, 1]
     expected = _agree("corrupt_example", corrupt_example(ids, one_span, first, eos),
@@ -567,7 +569,7 @@ def _hf_t5():
           "query all get bucket 0. Distances below max_exact = num_buckets // 2 (of the halved count) are their own "
           "bucket; larger ones are log-spaced up to max_distance, truncated, and capped at the last bucket.")
 def _bucket_cases():
-    from nanot5_edu.model import relative_position_bucket
+    from nanot5_edu.layers import relative_position_bucket
     hf = _hf_t5().T5Attention._relative_position_bucket
     for lo, hi, bidirectional, nb, md, hint in [
             (-7, 7, True, 32, 128, "bidirectional: num_buckets //= 2 first; keys after the query (offset > 0) go to "
@@ -596,7 +598,7 @@ def _bucket_cases():
 
 
 def _rms_oracles(x, weight, eps):
-    from nanot5_edu.model import RMSNorm
+    from nanot5_edu.layers import RMSNorm
     hf = _hf_t5().T5LayerNorm(weight.shape[0], eps=eps).to(weight.dtype)
     ours = RMSNorm(weight.shape[0], eps=eps).to(weight.dtype)
     with torch.no_grad():
@@ -637,7 +639,7 @@ def _rms_cases():
 # %%
 #| export
 def _ff_oracles(x, wi_0, wi_1, wo):
-    from nanot5_edu.model import GatedFeedForward, ModelConfig
+    from nanot5_edu.layers import GatedFeedForward, ModelConfig
     d_ff, d_model = wi_0.shape
     cfg = ModelConfig(d_model=d_model, d_ff=d_ff, dropout_rate=0.0)
     hf, ours = _hf_t5().T5DenseGatedActDense(cfg.to_hf()).eval(), GatedFeedForward(cfg)
@@ -907,7 +909,8 @@ except AssertionError as e:
 # %%
 #| export
 def _tiny_t5(seed: int = 0):
-    from nanot5_edu.model import ModelConfig, T5
+    from nanot5_edu.model import T5
+    from nanot5_edu.layers import ModelConfig
     torch.manual_seed(seed)
     return T5(ModelConfig(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
                           relative_attention_num_buckets=8, relative_attention_max_distance=16)).eval()
@@ -1198,7 +1201,7 @@ def hidden_cases(name: str):
 
 @hidden_cases("relative_position_bucket")
 def _hidden_bucket_cases(seed: int):
-    from nanot5_edu.model import relative_position_bucket
+    from nanot5_edu.layers import relative_position_bucket
     hf = _hf_t5().T5Attention._relative_position_bucket
     rng = random.Random(seed)
     for _ in range(3):

@@ -93,7 +93,7 @@
 #
 # **Teaching with it**: the [teaching guide](docs/teaching.md) has 2- and 4-week schedules, what a CPU and a Colab GPU can show, how to present the negative results, the answers to every lesson's questions, and how to grade the exercises.
 #
-# **The package follows the lessons**: `nanot5_edu.data` (00), `tokenizer` (01), `noise` (02: one row), `spans` (02b: batches; it re-exports `noise`'s names), `layers` (03), `model` (03b: it re-exports `layers`' names, so `from nanot5_edu.model import ModelConfig` still works), `optim` (04), `pretrain` (05: evaluation and `fill_in`), `stream` (06: the batch streams), `config` (07: the config tree, FLOPs, memory), `checkpoint` (07b: saving, checking and resuming checkpoints), `train` (08: `fit`, `train`; it re-exports the names of 05–07b, so `from nanot5_edu.train import make_config` or `save_checkpoint` still works), `finetune` (09), `cli` (10); 05b, 05c and 09b add no module.
+# **The package follows the lessons**: `nanot5_edu.data` (00), `tokenizer` (01), `noise` (02: one row), `spans` (02b: batches), `layers` (03), `model` (03b: blocks, stacks, `T5`), `optim` (04), `pretrain` (05: evaluation and `fill_in`), `stream` (06: the batch streams), `config` (07: the config tree, FLOPs, memory), `checkpoint` (07b: saving, checking and resuming checkpoints), `train` (08: `fit`, `train`, `plot_run`), `finetune` (09), `cli` (10); 05b, 05c and 09b add no module. Each name is imported from the module that defines it (`from nanot5_edu.config import make_config`, `from nanot5_edu.checkpoint import save_checkpoint`).
 
 # %% [markdown]
 # ## The embedded corpus

@@ -121,7 +121,7 @@ def test_hub_like_stream_with_unknown_features_packs(monkeypatch):
     from nanot5_edu.data import load_c4, load_corpus
     from nanot5_edu.spans import SpanCorruptionCollator, pack_dataset
     from nanot5_edu.tokenizer import load_tokenizer, train_tokenizer
-    from nanot5_edu.train import StreamingBatches
+    from nanot5_edu.stream import StreamingBatches
     texts = list(load_corpus("sotu", "validation")["text"])[:8]
     hub = datasets.IterableDataset.from_generator(_hub_like_shard, gen_kwargs={"shards": [texts[:4], texts[4:]]})
     assert hub.column_names is None and hub.num_shards == 2
@@ -146,7 +146,8 @@ def test_a_glob_of_c4_shard_files_is_a_corpus(tmp_path):
     the c4-validation shards beside them. Catches the glob being refused ("unsupported suffix '.gz'")."""
     import datasets
     from nanot5_edu.data import CorpusError, load_corpus, write_c4_shards
-    from nanot5_edu.train import ConfigError, make_config, prepare_tokenizer
+    from nanot5_edu.train import prepare_tokenizer
+    from nanot5_edu.config import ConfigError, make_config
     texts = [f"Document {i}. It is about topic {i % 3}." for i in range(12)]
     write_c4_shards(texts, tmp_path / "en", num_shards=4)
     write_c4_shards(["held out one", "held out two"], tmp_path / "en", "validation", num_shards=2)

@@ -9,12 +9,14 @@ import torch
 
 from cli_runs import metrics, pretrain_ddp
 from nanot5_edu.data import load_corpus
-from nanot5_edu.model import T5, get_config
+from nanot5_edu.model import T5
+from nanot5_edu.layers import get_config
 from nanot5_edu.optim import get_optimizer
 from nanot5_edu.spans import SpanCorruptionCollator
 from nanot5_edu.tokenizer import train_tokenizer
-from nanot5_edu.train import (GAINS, TOKEN_KINDS, document_partners, evaluate, evaluation_batches, gain_by_token_kind,
-                              make_config, validation_batches)
+from nanot5_edu.train import validation_batches
+from nanot5_edu.config import make_config
+from nanot5_edu.pretrain import GAINS, TOKEN_KINDS, document_partners, evaluate, evaluation_batches, gain_by_token_kind
 
 NO_AUTOCAST = lambda: torch.autocast("cpu", enabled=False)
 CONFIG = dict(d_model=64, d_kv=16, num_heads=4, d_ff=128, num_layers=1, num_decoder_layers=1, vocab_size=2048)
@@ -120,7 +122,7 @@ def test_zero_cross_attention_output_gives_no_gain(tokenizer):
     model = T5(get_config("tiny", **CONFIG))
     with torch.no_grad():
         for block in model.decoder.block:
-            block.layer[1].EncDecAttention.o.weight.zero_()  # the decoder can no longer read the encoder
+            block.cross_attention.o.weight.zero_()  # the decoder can no longer read the encoder
     ev = evaluate(model, toy_batches(SpanCorruptionCollator(tokenizer, 32, seed=0), "row"), NO_AUTOCAST)
     assert all(abs(ev[g]) < 1e-5 for g in GAINS), ev
 

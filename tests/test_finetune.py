@@ -15,8 +15,10 @@ from safetensors.torch import load_file, save_file
 import nanot5_edu
 import nanot5_edu.finetune as ft
 from nanot5_edu.cli import main
-from nanot5_edu.model import ModelConfig, T5
-from nanot5_edu.train import ConfigError, export_hf
+from nanot5_edu.model import T5
+from nanot5_edu.layers import ModelConfig
+from nanot5_edu.train import export_hf
+from nanot5_edu.config import ConfigError
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
        "OMP_NUM_THREADS": "1"}
@@ -82,7 +84,7 @@ def test_load_model_names_missing_and_unexpected_keys(tmp_path, tokenizer_dir):
 def test_load_model_of_our_checkpoint_dir_names_missing_keys(tmp_path, tokenizer_dir):
     "checkpoints/step_N of a run dir: weights + trainer_state.json (the run's config)"
     import dataclasses
-    from nanot5_edu.train import Config, DataConfig
+    from nanot5_edu.config import Config, DataConfig
     step_dir = tmp_path / "run" / "checkpoints" / "step_00000001"
     step_dir.mkdir(parents=True)
     cfg = Config(model=ModelConfig(**TINY), data=DataConfig(tokenizer=str(tokenizer_dir)))

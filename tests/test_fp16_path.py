@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from nanot5_edu.layers import GatedFeedForward
-from nanot5_edu.model import ModelConfig, T5
+from nanot5_edu.model import T5
+from nanot5_edu.layers import ModelConfig
 
 TINY = ModelConfig(vocab_size=256, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4)
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -126,7 +127,8 @@ def test_the_bias_is_cast_once_per_stack(monkeypatch):
 # Catches: fine-tuning batches without a decoder padding mask, or `fit` not passing it on to the model.
 def test_fine_tuning_batches_carry_a_decoder_padding_mask_and_fit_passes_it(tmp_path, monkeypatch):
     from nanot5_edu.finetune import PaddingCollator
-    from nanot5_edu.train import fit, make_accelerator, make_config
+    from nanot5_edu.train import fit, make_accelerator
+    from nanot5_edu.config import make_config
     examples = [([5, 6, 7, 1], [8, 9, 1]), ([5, 1], [8, 1])]
     b = PaddingCollator()(examples)
     assert b["decoder_attention_mask"].tolist() == [[1, 1, 1], [1, 1, 1]]  # start token + targets but the last

@@ -35,7 +35,8 @@ class Batches:
 def reads_in_fit(run_dir, steps, monkeypatch, *overrides) -> tuple[int, int]:
     "(host reads of tensor values, CUDA sync warnings) in a `fit` of `steps` steps logged once, at the end"
     from nanot5_edu.model import T5
-    from nanot5_edu.train import fit, make_accelerator, make_config
+    from nanot5_edu.train import fit, make_accelerator
+    from nanot5_edu.config import make_config
     cfg = make_config("cpu-demo", [*TINY, f"train.total_steps={steps}", f"logging.every_steps={steps}",
                                    f"logging.run_dir={run_dir}", *overrides])
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,8 @@ import textwrap
 import pytest
 import torch
 
-from nanot5_edu.train import ConfigError, TrainingError, estimate_memory, make_config, train, validate_config
+from nanot5_edu.train import train
+from nanot5_edu.config import ConfigError, TrainingError, estimate_memory, make_config, validate_config
 
 TINY = ["model.num_layers=1", "model.num_decoder_layers=1", "model.d_model=64", "model.d_kv=16", "model.num_heads=4",
         "model.d_ff=128", "model.vocab_size=2048", "optim.batch_size=4", "optim.warmup_steps=1", "data.inputs_length=64",
@@ -80,8 +81,8 @@ PEAK_STEP = textwrap.dedent("""
     import dataclasses, gc, json, sys, torch
     from nanot5_edu.model import T5
     from nanot5_edu.optim import get_optimizer
-    from nanot5_edu.train import make_config
-    from nanot5_edu.spans import compute_input_and_target_lengths
+    from nanot5_edu.config import make_config
+    from nanot5_edu.noise import compute_input_and_target_lengths
     torch.set_num_threads(1)
     cfg = make_config("cpu-demo", json.loads(sys.argv[1]))
     padded = sys.argv[2] == "padded"  # fine-tuning: padding masks on the inputs and the targets

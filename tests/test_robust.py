@@ -180,7 +180,8 @@ def damage(path: Path, how: str):
 @pytest.mark.parametrize("file,how", [("model.safetensors", "truncate"), ("state.pt", "flip")])
 def test_a_damaged_newest_checkpoint_falls_back_and_ends_the_same(tmp_path, small_data, straight, one_thread, capsys,
                                                                   file, how):
-    from nanot5_edu.train import make_config, train
+    from nanot5_edu.train import train
+    from nanot5_edu.config import make_config
     run_dir = tmp_path / "run"
     shutil.copytree(straight, run_dir)
     damage(run_dir / "checkpoints" / "step_00000040" / file, how)
@@ -195,7 +196,8 @@ def test_a_damaged_newest_checkpoint_falls_back_and_ends_the_same(tmp_path, smal
 
 # Catches: an unclear error (or a silent start from scratch) when no checkpoint is intact.
 def test_every_checkpoint_damaged_is_a_clear_error(tmp_path, small_data, straight):
-    from nanot5_edu.train import TrainingError, make_config, train
+    from nanot5_edu.train import train
+    from nanot5_edu.config import TrainingError, make_config
     run_dir = tmp_path / "run"
     shutil.copytree(straight, run_dir)
     for step in (20, 40):
@@ -208,33 +210,36 @@ def test_every_checkpoint_damaged_is_a_clear_error(tmp_path, small_data, straigh
 # Catches: a full disk surfacing as a bare error from deep inside torch.save, a half-written checkpoint left behind,
 # or an earlier checkpoint deleted before the new one was complete.
 def test_a_full_disk_stops_with_a_message_and_keeps_the_last_good_checkpoint(tmp_path, small_data, monkeypatch):
-    import nanot5_edu.train as T
+    from nanot5_edu.checkpoint import _Hashing, checkpoint_problem
+    from nanot5_edu.config import TrainingError, make_config
+    from nanot5_edu.train import train
     run_dir = tmp_path / "run"
-    real_write = T._Hashing.write
+    real_write = _Hashing.write
 
     def full_disk(self, data):  # the disk fills up in the middle of the second checkpoint's optimizer state
         if ".tmp_step_00000004" in self.f.name and self.f.name.endswith("state.pt") and self.bytes > 1000:
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(self, data)
-    monkeypatch.setattr(T._Hashing, "write", full_disk)
-    cfg = T.make_config("cpu-demo", [*SMALL, *small_data, "train.total_steps=6", "checkpoint.every_steps=2",
-                                     "checkpoint.keep_last=1", "eval.every_steps=6", f"logging.run_dir={run_dir}"])
-    with pytest.raises(T.TrainingError) as e:
-        T.train(cfg)
+    monkeypatch.setattr(_Hashing, "write", full_disk)
+    cfg = make_config("cpu-demo", [*SMALL, *small_data, "train.total_steps=6", "checkpoint.every_steps=2",
+                                   "checkpoint.keep_last=1", "eval.every_steps=6", f"logging.run_dir={run_dir}"])
+    with pytest.raises(TrainingError) as e:
+        train(cfg)
     message, good = str(e.value), run_dir / "checkpoints" / "step_00000002"
     print(message)
     for part in (f"Could not write checkpoint step_00000004 in {run_dir / 'checkpoints'}: No space left on device",
                  "A checkpoint needs about", "MB are free there", f"The last good checkpoint is {good}"):
         assert part in message
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_00000002"]  # keep_last=1 kept it
-    assert T.checkpoint_problem(good) is None
+    assert checkpoint_problem(good) is None
 
 
 # Catches: data workers killed by a SIGTERM sent to every process (Slurm does; a terminal's Ctrl-C sends SIGINT to
 # all), which crashed the run; and a resume with another number of data workers going on with another data order.
 def test_a_streamed_run_survives_sigterm_to_all_its_processes_and_refuses_changed_num_workers(tmp_path, small_data):
     import sys
-    from nanot5_edu.train import ConfigError, make_config, train
+    from nanot5_edu.train import train
+    from nanot5_edu.config import ConfigError, make_config
     run = [*SMALL, *small_data, "data.streaming=true", "data.shuffle_buffer=64", "train.total_steps=400",
            "checkpoint.every_steps=400", "eval.every_steps=400", "logging.every_steps=1", f"logging.run_dir={tmp_path}"]
     proc = subprocess.Popen([sys.executable, "-m", "nanot5_edu", "pretrain", *run, "data.num_workers=1"],
@@ -311,7 +316,9 @@ def test_data_workers_die_with_a_trainer_killed_by_sigkill(tmp_path, small_data,
 # Catches: train.max_minutes ignored (a Colab session cut off with the steps since the last checkpoint lost), or a
 # stop that leaves no intact checkpoint.
 def test_max_minutes_stops_with_an_intact_checkpoint(tmp_path, small_data):
-    from nanot5_edu.train import RunStopped, checkpoint_problem, make_config, train
+    from nanot5_edu.train import train
+    from nanot5_edu.config import make_config
+    from nanot5_edu.checkpoint import RunStopped, checkpoint_problem
     cfg = make_config("cpu-demo", [*SMALL, *small_data, "train.total_steps=1000", "checkpoint.every_steps=1000",
                                    "eval.every_steps=1000", "logging.every_steps=1000", "train.max_minutes=0.0001",
                                    f"logging.run_dir={tmp_path}"])
@@ -323,18 +330,20 @@ def test_max_minutes_stops_with_an_intact_checkpoint(tmp_path, small_data):
 
 # Catches: load_checkpoint without map_location (on N GPUs every process would first load onto cuda:0, the saver's).
 def test_resume_maps_tensors_to_the_process_own_device(tmp_path, monkeypatch):
-    import nanot5_edu.train as T
+    from nanot5_edu.checkpoint import load_checkpoint, save_checkpoint
+    from nanot5_edu.config import make_config
     from nanot5_edu.model import T5
+    from nanot5_edu.stream import BatchStream
     from nanot5_edu.optim import get_lr_scheduler, get_optimizer
-    cfg = T.make_config("cpu-demo", SMALL)
+    cfg = make_config("cpu-demo", SMALL)
     model = T5(cfg.model)
     opt = get_optimizer("adamwscale", model.named_parameters(), 1e-2, 0.0)
     sched = get_lr_scheduler("constant", opt, 10, 0, 1e-5)
-    stream = T.BatchStream(torch.zeros(8, 4, dtype=torch.long), Stateless(), 4, seed=0)
-    T.save_checkpoint(tmp_path, 1, model, opt, sched, stream, cfg)
+    stream = BatchStream(torch.zeros(8, 4, dtype=torch.long), Stateless(), 4, seed=0)
+    save_checkpoint(tmp_path, 1, model, opt, sched, stream, cfg)
     calls, real_load = [], torch.load
     monkeypatch.setattr(torch, "load", lambda *a, **k: calls.append(k.get("map_location")) or real_load(*a, **k))
-    T.load_checkpoint(tmp_path / "checkpoints" / "step_00000001", model, opt, sched, stream)
+    load_checkpoint(tmp_path / "checkpoints" / "step_00000001", model, opt, sched, stream)
     own = next(model.parameters()).device
     assert len(calls) == 2 and all(c is not None and torch.device(c) == own for c in calls), calls
 
@@ -401,7 +410,8 @@ class FixedBatches:
 # dividing): grad_acc=4 with micro-batches of 2 must equal grad_acc=1 with micro-batches of 8, through `fit`.
 def test_fit_with_grad_acc_4_equals_grad_acc_1_with_4x_micro_batch(tmp_path):
     from nanot5_edu.model import T5
-    from nanot5_edu.train import fit, make_accelerator, make_config
+    from nanot5_edu.train import fit, make_accelerator
+    from nanot5_edu.config import make_config
     g = torch.Generator().manual_seed(0)
     batches = [{"input_ids": torch.randint(0, 2000, (8, 32), generator=g),
                 "labels": torch.randint(1, 2000, (8, 8), generator=g)} for _ in range(4)]

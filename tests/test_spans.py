@@ -4,8 +4,9 @@ import pytest
 import torch
 from hypothesis import assume, given, settings, strategies as st
 
-from nanot5_edu.spans import (SpanCorruptionError, compute_input_and_target_lengths, corrupt_example, corrupt_spans,
-                              example_noise_mask, noise_counts, random_spans_noise_mask, uncorrupt)
+from nanot5_edu.spans import corrupt_spans, random_spans_noise_mask
+from nanot5_edu.noise import (SpanCorruptionError, compute_input_and_target_lengths, corrupt_example,
+                              example_noise_mask, noise_counts, uncorrupt)
 
 FIRST_SENTINEL = 1099            # a 1,100-id vocabulary: real tokens 0..999, sentinels 1000..1099
 densities = st.floats(0.02, 0.9)

@@ -38,7 +38,8 @@ def stream_of(args, rank=0, world_size=1):
     "The training stream `train` builds for these overrides, in this process"
     from nanot5_edu.spans import SpanCorruptionCollator
     from nanot5_edu.tokenizer import load_tokenizer
-    from nanot5_edu.train import make_config, training_stream
+    from nanot5_edu.config import make_config
+    from nanot5_edu.stream import training_stream
     cfg = make_config("cpu-demo", args)
     tok = load_tokenizer(cfg.data.tokenizer)
     collator = SpanCorruptionCollator(tok, cfg.data.inputs_length, seed=cfg.train.seed + rank)
@@ -57,7 +58,7 @@ def first_batch_seconds(stream):
 
 
 def test_kill_9_of_a_streamed_run_resumes_exactly(tmp_path, c4_data):
-    from nanot5_edu.train import StreamingBatches
+    from nanot5_edu.stream import StreamingBatches
     args = [*SMALL, *data_args(c4_data), "optim.batch_size=8", "optim.grad_acc=2", "train.total_steps=40",
             "checkpoint.every_steps=10", "checkpoint.keep_last=4", "eval.every_steps=20"]
     straight = pretrain(tmp_path / "straight", *args)
@@ -91,7 +92,7 @@ def test_kill_9_of_a_streamed_run_resumes_exactly(tmp_path, c4_data):
 
 def test_streamed_epoch_splits_rows_between_processes(c4_data):
     "Each process (rank of 2) reads its own shards in 2 workers: no row twice in an epoch, none on both ranks"
-    from nanot5_edu.spans import uncorrupt
+    from nanot5_edu.noise import uncorrupt
     seen = {}
     for rank in (0, 1):
         stream, collator = stream_of([*SMALL, *data_args(c4_data), "optim.batch_size=8"], rank, world_size=2)
@@ -138,7 +139,9 @@ def test_data_streaming_streams_local_files(tmp_path, c4_data):
     "data.streaming=true reads local files through the same workers, with the same held-out documents"
     from nanot5_edu.data import load_corpus
     from nanot5_edu.tokenizer import load_tokenizer
-    from nanot5_edu.train import StreamingBatches, load_texts, make_config, validation_batches
+    from nanot5_edu.train import validation_batches
+    from nanot5_edu.config import make_config
+    from nanot5_edu.stream import StreamingBatches, load_texts
     texts = list(load_corpus("sotu", "validation")["text"])
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     args = [*SMALL, f"data.corpus={tmp_path / 'docs.jsonl'}", f"data.tokenizer={c4_data / 'tok'}",

@@ -45,7 +45,7 @@ def test_mfu_is_per_device_under_two_processes(tmp_path, small_data, ddp_run):
     per-process batch. Catches counting every process's FLOPs against one device's peak (N x too high)."""
     from nanot5_edu.spans import SpanCorruptionCollator
     from nanot5_edu.tokenizer import load_tokenizer
-    from nanot5_edu.train import flops_per_step, make_config
+    from nanot5_edu.config import flops_per_step, make_config
     single = pretrain(tmp_path, *SMALL, *small_data, PEAK, "optim.batch_size=4", "train.total_steps=6",
                       "checkpoint.every_steps=6", "eval.every_steps=6")
     assert single.returncode == 0, single.stderr[-3000:]
@@ -69,7 +69,9 @@ def test_two_process_ddp_on_cpu(ddp_run, small_data):
     import torch
     from nanot5_edu.model import T5
     from nanot5_edu.tokenizer import load_tokenizer
-    from nanot5_edu.train import evaluate, make_config, validation_batches
+    from nanot5_edu.train import validation_batches
+    from nanot5_edu.config import make_config
+    from nanot5_edu.pretrain import evaluate
     cfg = make_config("cpu-demo", [*SMALL, *small_data])  # bf16, as the run
     logged = [m for m in metrics(tmp_path) if "eval_loss" in m][-1]
     single = evaluate(T5.from_hf(tmp_path / "hf"), validation_batches(cfg, load_tokenizer(tmp_path / "hf")),
