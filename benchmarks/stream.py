@@ -48,6 +48,8 @@ def old_module():
     spec = importlib.util.spec_from_loader("nanot5_edu.train_before", loader=None)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses resolve their annotations through it
+    import nanot5_edu.model, nanot5_edu.layers
+    nanot5_edu.model.PRESETS = nanot5_edu.layers.MODEL_PRESETS  # the name it imported then (MODEL_PRESETS since #36)
     exec(compile(src, f"{BEFORE}:nanot5_edu/train.py", "exec"), module.__dict__)
     return module
 

@@ -34,7 +34,17 @@ TRY_IT = {  # a hint for trying the functions out before checking them, where in
                     "(`from nanot5_edu.data import load_corpus`, `from nanot5_edu.tokenizer import train_tokenizer`).",
     "05_pretraining": "To try your functions, build a tiny model: `from nanot5_edu.layers import ModelConfig; from nanot5_edu.model import T5`; "
                    "`model = T5(ModelConfig(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4))`.",
+    "07_config": "To try your functions, take a preset (`from nanot5_edu.layers import get_config`): nanoT5's step, "
+                 "`flops_per_step(get_config('t5-v1_1-base'), 128, 512, 114)`, is about 54.5e12 FLOPs.",
+    "07b_checkpoints": "To try `atomic_write`, pass a function that writes bytes to the file it is given, e.g. "
+                       "`atomic_write('ckpt.bin', lambda f: f.write(b'weights'))`; the check also hands it writers "
+                       "that fail halfway, as a full disk does.",
 }
+
+
+def lesson_key(lesson: str) -> str:
+    "'03' for 03_t5_layers, '03b' for 03b_t5_model: the notebook's number and its pytest marker's suffix"
+    return lesson.split("_")[0]
 
 
 def _lesson_title(lesson: str) -> str:
@@ -58,7 +68,7 @@ def notebook(lesson: str) -> dict:
     title = _lesson_title(lesson)
     names = [n for n, e in EXERCISES.items() if e.lesson == lesson]
     cells = [
-        _cell("markdown", f"# Exercises {lesson[:2]}: {title}\n\n"
+        _cell("markdown", f"# Exercises {lesson_key(lesson)}: {title}\n\n"
                           f"Exercises for the lesson [{lesson}](https://github.com/nanot5-edu/nanot5_edu/blob/main/nbs/"
                           f"{lesson}.ipynb); read it first. For each exercise, replace `raise NotImplementedError` "
                           "with your code and run the check cell below it. A check prints `passed`, or raises an "
@@ -91,7 +101,7 @@ def main(out_dir: Path):
     for lesson in sorted({e.lesson for e in EXERCISES.values()}):
         nb = notebook(lesson)
         for i, cell in enumerate(nb["cells"]):  # stable ids: a rebuild changes nothing that did not change
-            cell["id"] = re.sub(r"[^a-z0-9]", "", f"{lesson[:2]}c{i}")
+            cell["id"] = re.sub(r"[^a-z0-9]", "", f"{lesson_key(lesson)}c{i}")
         path = out_dir / f"{lesson}.ipynb"
         path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
         print(f"wrote {path}")

@@ -144,8 +144,8 @@ test_eq(sotu_train[0]["text"].startswith("Fellow-Citizens of the Senate"), True)
 # %% [markdown]
 # ## Your own files
 #
-# A path or a glob loads local files through `datasets`' own builders, so the same code reads 10 KB or
-# 100 GB (memory-mapped Arrow). `.txt` files are one document each; a **single** `.txt` file is instead
+# A path or a glob loads local files through `datasets`' own builders, so the same code reads a few kilobytes
+# or more text than fits in memory (memory-mapped Arrow). `.txt` files are one document each; a **single** `.txt` file is instead
 # split into documents at blank lines (pass `txt_doc_per_file=True` to keep it whole). `.json`/`.jsonl`
 # need a `text` field and `.parquet` a `text` column.
 #
@@ -289,8 +289,8 @@ test_fail(lambda: load_files(str(tmp / "one" / "all.txt"), txt_doc_per_file=True
 #   opening a socket, and name the setting and the local-files alternative.
 # - **Offline by accident.** Otherwise we just try. Probing the hub ourselves first would cost a network
 #   round trip on every call and still not prove that the download works, so we don't. If `datasets` cannot
-#   reach the hub (it retries for about half a minute first), its connection error is re-raised as a
-#   `CorpusError` with the same advice.
+#   reach the hub (the hub client retries a few times first, which takes some seconds), its connection error is
+#   re-raised as a `CorpusError` with the same advice.
 #
 # C4 on the hub is a folder of gzipped JSON-lines shards (`en/c4-train.00000-of-01024.json.gz`, …), one
 # `{"text", "timestamp", "url"}` object per line. A local folder of such shards (a few downloaded ones, or a
@@ -494,13 +494,14 @@ print(format_stats(stats))
 
 # %% [markdown]
 # The length of a speech tells the story of the address. Washington and Adams read theirs to Congress
-# (one or two thousand words). Jefferson, in 1801, sent a **written** message instead, and for 112 years the
-# address was a report that grew with the government, to as much as 27,000 words under Theodore Roosevelt and
+# (one to three thousand words). Jefferson, in 1801, sent a **written** message instead, and until 1913 the
+# address was a report that grew with the government, to about 27,000 words under Theodore Roosevelt and
 # Taft. Wilson read it aloud again in 1913; since radio and then television carried it, the **spoken**
-# address has stayed between about 2,000 and 11,000 words. (The spoken-looking dot at about 28,000 words in 1946 is Truman's
+# address has stayed between about 2,000 and about 11,000 words. (The spoken-looking dot at about 28,000 words in 1946 is Truman's
 # message, which he sent in writing; the package's metadata labels it spoken.) Written messages still appeared now and then, and they are
-# the longest of all: Carter's last two (1980, 1981, each about 33,000 words). Each dot is a speech; the
-# validation speeches (orange) sit along the whole timeline, as the split rule intends:
+# the longest of all: Carter's last two (1980 and 1981). Each dot is a speech; the
+# validation speeches (orange) sit along the whole timeline, as the split rule intends. Under the plot, each
+# era's shortest, median and longest speeches:
 
 # %%
 meta = {m["fileid"]: m for m in csv.DictReader(open(_sotu_dir() / "metadata.csv", newline="", encoding="utf-8"))}
@@ -514,6 +515,13 @@ for year, label in ((1801, "Jefferson: written"), (1913, "Wilson: spoken again")
 ax.set_xlabel("year"); ax.set_ylabel("words"); ax.legend(fontsize=8, ncol=2, loc="upper left", bbox_to_anchor=(0.0, 0.88))
 ax.set_title("State of the Union: words per speech over time", fontsize=10); plt.show()
 words_of = {f: len(t.split()) for ds in (sotu_train, sotu_valid) for f, t in zip(ds["fileid"], ds["text"])}
+eras = {"1790-1800, spoken": lambda y, kind: y < 1801, "1801-1912, written": lambda y, kind: 1801 <= y < 1913,
+        "1913 on, spoken": lambda y, kind: y >= 1913 and kind == "spoken",
+        "1913 on, written": lambda y, kind: y >= 1913 and kind == "written"}
+for era, keep in eras.items():
+    sel = sorted((words_of[f], f) for f, m in meta.items() if keep(int(m["year"]), m["sotu_type"]))
+    print(f"{era}: {len(sel)} speeches, median {statistics.median(w for w, _ in sel):,} words; shortest "
+          f"{sel[0][0]:,} ({sel[0][1]}); longest {sel[-1][0]:,} ({sel[-1][1]}), then {sel[-2][0]:,} ({sel[-2][1]})")
 test_eq(sorted(words_of, key=words_of.get)[-2:], ["1980-Carter-1", "1981-Carter-1"])   # the prose above
 test_eq({m["sotu_type"] for m in meta.values() if 1801 <= int(m["year"]) < 1913}, {"written"})
 
@@ -537,8 +545,9 @@ plt.show()
 # - A validation split must be **fixed** by a rule, not drawn at run time, or two runs report losses on
 #   different text. The rule should spread the held-out documents over the whole corpus (years ending in 5;
 #   every 10th local document).
-# - The embedded State of the Union corpus is small (≈ 12 MB, 2M words in 249 speeches), old and uneven:
-#   written 19th-century reports are several times longer than modern spoken addresses.
+# - The embedded State of the Union corpus is small (≈ 12 MB; 225 training and 24 validation speeches), old and
+#   uneven: the written reports of 1801–1912 run longer than the spoken addresses since 1913 (compare the medians
+#   printed under the plot).
 # - C4 is nanoT5's corpus, ≈ 750 GB after rule-based cleaning; it is streamed, never downloaded whole, and
 #   the same code reads local shards offline.
 # - Checking inputs early (path, size, encoding, the `text` field, offline switches) turns deep library

@@ -53,7 +53,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 #
 # Two naive choices bracket the design space. **Words** give short sequences but an open vocabulary: every
 # new name or misspelling is out of vocabulary. **Characters** never miss, but make sequences ~6 symbols per
-# word (below) where subwords need about 1.2 — 5× longer — and attention cost grows with the square of the length. Subword units sit in between: frequent words are
+# word (below) where subwords need about 1.2 (measured further down), and attention cost grows with the square of the length. Subword units sit in between: frequent words are
 # one piece, rare words split into a few known pieces. Let us see the trade-off on the corpus (`load_corpus`
 # comes from [00_data](00_data.ipynb): `from nanot5_edu.data import load_corpus`):
 
@@ -197,8 +197,8 @@ sorted(p.name for p in (tmp / "unigram").iterdir())
 # it shatters a word that is rare in two centuries of speeches (`cybersecurity` into seven pieces, where
 # BPE keeps four). A lone `▁` (as in `▁ unconstitutional ly`) is the word-start marker as a piece of its own:
 # the vocabulary has `unconstitutional` only as a word-internal piece, so the marker is spelt separately.
-# (The HF T5 converter only understands unigram models, so we compare the two with plain
-# `sentencepiece`.)
+# (`transformers`' T5 tokenizer builds a unigram model from any `spiece.model`, so it would read a BPE model with the
+# wrong ids; we compare the two with plain `sentencepiece`.)
 
 # %%
 sp_models = {kind: spm.SentencePieceProcessor(model_proto=train_sentencepiece(train_texts, DEMO_VOCAB_SIZE, kind))
@@ -289,19 +289,21 @@ print(f"train split: {sum(doc_tokens):,} tokens in {len(doc_tokens)} speeches")
 #
 # Scale decides what a run can learn, so count it in the unit training uses. Span corruption
 # ([02](02_span_corruption.ipynb), packing in [02b](02b_span_batches.ipynb)) cuts the token stream into rows of 568 raw tokens (512 after
-# corruption). nanoT5 trains T5-Base for 2¹⁶ = 65,536 steps of 128 rows:
+# corruption, the input length of T5 and nanoT5). nanoT5 trains T5-Base for 2¹⁶ = 65,536 steps; at T5's batch of 128 rows
+# (nanoT5's default config takes 144 a step) that is:
 
 # %%
 rows_per_epoch = sum(doc_tokens) // 568
 nanot5_rows = 2**16 * 128
-print(f"State of the Union, train split: {sum(doc_tokens) / 1e6:.1f}M tokens = {rows_per_epoch:,} rows of 568")
+print(f"State of the Union, train split: {sum(doc_tokens) / 1e6:.1f}M tokens = {rows_per_epoch:,} rows of 568 "
+      f"= {rows_per_epoch / 128:.0f} steps of 128 rows")
 print(f"nanoT5's pre-training:           {nanot5_rows * 568 / 1e9:.1f}B tokens = {nanot5_rows / 1e6:.1f}M rows of 568 "
       f"({nanot5_rows / rows_per_epoch:,.0f}× this corpus)")
 test_eq(nanot5_rows, 8_388_608)
 assert 3_500 < rows_per_epoch < 4_500
 
 # %% [markdown]
-# One pass over the speeches is about 30 of nanoT5's steps; nanoT5 sees over 2,000 times more text, every
+# One pass over the speeches is about 30 steps of 128 rows; nanoT5 sees over 2,000 times more text, every
 # row new. So a CPU run on this corpus learns what is frequent *within* it — function words, the
 # spelling of common words, the set phrases of addresses to Congress ("the state of the Union", "fellow
 # citizens") and local grammar — and, run for many epochs, starts to memorise the speeches themselves
@@ -316,15 +318,17 @@ assert 3_500 < rows_per_epoch < 4_500
 # T5-Base uses 32,000 pieces (+ 100 sentinels, padded to 32,128 rows). For the CPU demo the vocabulary is
 # the biggest single cost of a small model: with `d_model = 256` (the width of the project's `tiny` model,
 # built in [03](03_t5_layers.ipynb) and [03b](03b_t5_model.ipynb)), the input embedding and the output layer (T5 v1.1 does not share them:
-# an "untied" LM head) hold `2 · V · 256` parameters — 16.4M at V = 32,128, more than the tiny model's whole
-# transformer body (9.4M, counted in [03b](03b_t5_model.ipynb)) —
-# and the softmax over V is the largest matmul per target token. This corpus is 2M words; at 8,000 pieces
-# it already costs only ~1.2 pieces per word (above), while a 32k vocabulary would leave many pieces seen
-# a handful of times. So the demo uses **8,000 (+100 = 8,100, padded to 8,192)**; `T5_VOCAB_SIZE`
+# an "untied" LM head) hold `2 · V · 256` parameters (the cell below counts them) — 16.4M at V = 32,128, more than
+# the whole tiny model with its 8,192-row table (13.6M, counted in [03b](03b_t5_model.ipynb)) —
+# and the softmax over V is the largest matmul per target token. The training speeches are 1.8M words (lesson 00's
+# table); at 8,000 pieces they already cost only ~1.2 pieces per word (above), while a 32k vocabulary would spend
+# many of its rows on pieces this corpus holds only a few times. So the demo uses **8,000 (+100 = 8,100, padded to 8,192)**; `T5_VOCAB_SIZE`
 # stays the T5-Base setting.
 
 # %%
 test_eq(DEMO_VOCAB_SIZE + NUM_SENTINELS <= 8192, True)
+for V in (8_192, 32_128):
+    print(f"embedding + untied head at d_model 256, V = {V:,}: {2 * V * 256 / 1e6:.1f}M parameters")
 test_eq(round(2 * 32_128 * 256 / 1e6, 1), 16.4)                     # the embedding + head count in the prose
 
 # %% [markdown]
@@ -444,7 +448,7 @@ test_fail(lambda: sentinel_ids(load_tokenizer(tmp / "no_sentinels"), 100), conta
 # - `train_tokenizer` writes an ordinary `transformers` tokenizer directory; `load_tokenizer` also reads T5's
 #   own (`google/t5-v1_1-base`), and its ids equal `transformers`' T5 tokenizer.
 # - `encode_batch` is the fast path (no offsets, no masks, Rust in parallel) for tokenizing a corpus.
-# - The speeches are 2.2M tokens, ≈ 3,900 rows of 568: about 30 of nanoT5's steps. A model trained on them
+# - The speeches are 2.2M tokens, ≈ 3,900 rows of 568: about 30 steps of 128 rows. A model trained on them
 #   learns what is frequent within them, not facts about the world.
 # - For a small model the vocabulary is the largest single cost (embedding + untied head = `2·V·d_model`),
 #   so the demo uses 8,000 pieces (+ 100 sentinels, padded to 8,192).
@@ -476,9 +480,9 @@ test_fail(lambda: sentinel_ids(load_tokenizer(tmp / "no_sentinels"), 100), conta
 #
 # ## Try it
 #
-# 1. **Vocabulary size** (a few minutes). Train `train_sentencepiece(train_texts, V)` for V = 2,000 and
-#    16,000, load each with `spm.SentencePieceProcessor(model_proto=...)` and measure pieces per word on the
-#    validation speeches as in the cell above. Look for how much each doubling buys, next to the 8,000 row.
+# 1. **Vocabulary size** (a few minutes). Train `train_sentencepiece(train_texts, V)` for `V = 2_000` and
+#    `V = 16_000`, load each with `spm.SentencePieceProcessor(model_proto=...)` and measure pieces per word on the
+#    validation speeches as in the cell above. Look for how much each larger vocabulary buys, next to the 8,000 row.
 # 2. **Out of its depth** (seconds). Run `show_segmentations` (or the explorer) on French, on accented names,
 #    on numbers and on a recent word ("COVID-19 vaccines"). Look for unknown characters (id 2 in
 #    `sp_models["unigram"].encode(text)`), and for which modern words stay whole.

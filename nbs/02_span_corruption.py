@@ -13,7 +13,8 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # %% [markdown]
 # T5 learns by repairing text. Take a chunk of tokens, hide ~15% of them in short spans, replace each span by
 # one sentinel token, and train the model to output the hidden spans, each introduced by its sentinel.
-# Cheap to make (no labels), and the targets are short (≈ 22% of the input), which makes the decoder cheap.
+# Cheap to make (no labels), and the targets are short (114 tokens for a 512-token input, below), which makes the
+# decoder cheap.
 #
 # **What you will build**: `compute_input_and_target_lengths` (how long a raw chunk must be), T5's noise mask
 # (`example_noise_mask`), `corrupt_example` and its inverse `uncorrupt`, checked against HF's formulation, a
@@ -50,7 +51,8 @@ from nanot5_edu.tokenizer import train_tokenizer, DEMO_VOCAB_SIZE
 random.seed(0); np.random.seed(0)
 
 # %% [markdown]
-# The corpus and an 8,000-piece tokenizer with 100 sentinels, as built in the two notebooks before:
+# The corpus of [00](00_data.ipynb) and the demo tokenizer of [01](01_tokenizer.ipynb) (`DEMO_VOCAB_SIZE` pieces and
+# 100 sentinels):
 
 # %%
 texts = list(load_corpus("sotu")["text"])
@@ -443,7 +445,7 @@ test_eq(corrupted_lengths(568, 0.15, 3.0), (512, 114))
 # 2. **Span lengths at the extremes** (seconds). Rerun the histogram cell with a mean span length of 1 and of
 #    10 (the 568-token rows stay). Predict first: at 1, how many spans per row and of which lengths? At 10, is
 #    the most common length still 1?
-# 3. **Independent masking** (seconds). Corrupt one row of 568 tokens with 1,000 masks that hide each token
+# 3. **Independent masking** (seconds). Corrupt one row of 568 tokens with a thousand masks that hide each token
 #    independently (`rng.random(568) < 0.15`) and collect the lengths of the inputs and targets and the number
 #    of spans. Look at the spread of the lengths (how much padding would a batch need?), at the number of spans
 #    against T5's 28, and at how often a mask starts with a hidden token.

@@ -149,17 +149,15 @@ print(f"corrupt_example: {1 / secs:,.0f} examples/s = {568 / secs / 1e6:.1f}M ra
 
 # %% [markdown]
 # T5-Base pre-training at 50% MFU (model FLOPs utilisation: the share of the chip's peak arithmetic that goes
-# into the model's own matmuls) on an H200 consumes about 0.7M raw tokens/s (a 568-token row costs
-# ≈ 6 × (85M encoder weights × 512 inputs + 138M decoder and head weights × 114 targets) ≈ 0.36 TFLOP, plus
-# attention: ≈ 0.7 GFLOP per raw token, against half of the H200's ≈ 990 dense bf16 TFLOP/s); the per-example numpy
-# version of HF's example does ~12k examples/s (≈ 6.8M raw tokens/s, `benchmarks/spans.py`), about 10× that,
-# and even the Python loop above keeps up. nanoT5's data workers are busy **tokenizing** streamed C4, not
-# masking. So why bother? Two cases in this project where masking speed does show:
+# into the model's own matmuls) on an H200 consumes about 0.66M raw tokens/s: lesson 06 prints that rate, from the
+# FLOPs of one step (`flops_per_step`, lesson 07) and half of the H200's 989 dense bf16 TFLOP/s. The Python loop
+# above does 2.8M raw tokens/s on one core, so even it keeps up. nanoT5's data workers are busy **tokenizing**
+# streamed C4, not masking. So why bother? Two cases in this project where masking speed does show:
 #
 # - **Tiny models on a CPU** (the demo): the model and the data pipeline share the same few cores, so every
 #   millisecond spent corrupting is a millisecond not spent training.
-# - **Many GPUs per host** with few cores each: eight GPUs at that rate need 5.6M raw tokens/s from one
-#   machine, tokenization included; the cheaper the corruption, the more cores are left for the tokenizer.
+# - **Many GPUs per host** with few cores each: eight GPUs need eight times that rate from one machine,
+#   tokenization included; the cheaper the corruption, the more cores are left for the tokenizer.
 #
 # The idea: all rows of a batch have the same length, hence the same numbers of noise tokens and spans, so
 # the whole batch can be drawn and corrupted with a few tensor ops instead of a Python loop per row. Both
@@ -235,8 +233,8 @@ def random_cuts(batch: int,  # rows
 # %% [markdown]
 # The obvious draft, for comparison: the `topk` of uniform random numbers over all slots is a uniform random
 # subset too, but it draws a random number for every slot and partially sorts them. Same kind of output;
-# the time of each on a T5-Base batch (128 rows of 568 raw tokens with 28 spans: 85 noise and 483 kept tokens,
-# so 27 cuts among the 482 slots between kept tokens and 27 among the 84 between noise tokens):
+# the time of each on a T5-Base batch (128 rows of 568 raw tokens with 28 spans of 85 noise tokens in all, the
+# rest kept, so 27 cuts among the 482 slots between kept tokens and 27 among the 84 between noise tokens):
 
 # %%
 def topk_cuts(batch, sizes, count, generator=None):
@@ -592,8 +590,8 @@ test_eq(next(iter(loader))["input_ids"].shape, (16, 128))
 # `random_cuts` is built in "Going faster"; this checks that its cut sets are exactly uniform.
 
 # %% [markdown]
-# Exactly uniform? On cases small enough to enumerate — 2 values out of 6 or out of 9, 15 or 36 possible
-# sets — every set turns up equally often, within sampling noise:
+# Exactly uniform? On cases small enough to enumerate — 2 values out of 6 or out of 9, every pair one possible
+# set — every set turns up equally often, within sampling noise:
 
 # %%
 from itertools import combinations

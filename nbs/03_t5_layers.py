@@ -274,7 +274,7 @@ test_eq(relative_position_bucket(-torch.tensor([15, 16, 112, 113]), bidirectiona
 
 # %% [markdown]
 # The bucket of every offset from −200 to 200. In the encoder, offsets closer than 8 get their own bucket
-# (exact), 8 to 127 share 8 log-spaced buckets, and everything from `max_distance` = 128 on is clipped into
+# (exact), offsets from 8 to just under `max_distance` = 128 share 8 log-spaced buckets, and everything from 128 on is clipped into
 # the last one (which the log formula, truncated to an integer, already reaches at 91); keys after the query use
 # a second set of 16 (buckets 16–31; offset 0 is bucket 0, so bucket 16 itself is never used). The
 # decoder only looks back, so it spends all 32 buckets on the past: 16 exact, 16 log-spaced. Its keys
@@ -462,8 +462,9 @@ test_close(ff(x), ref_ff(x), eps=1e-6)
 # fp32 when a model is loaded in half precision (`_keep_in_fp32_modules = ["wo"]` in `modeling_t5.py`, added for
 # flan-t5-xxl) and clamps fp16 hidden states that reach `inf`. Ours computes `wo` in fp32 under fp16 autocast (autocast
 # off for that one matmul); its output joins the residual stream, which is fp32 already. bf16 has fp32's range and
-# needs no guard. The price is one matmul in fp32: 3.5% of a T5-Base fp16 step on an H200 with TF32, 30% without TF32
-# (`benchmarks/fp16_path.py`, results in `benchmarks/results/h200_2026-12-04/`); a T4 has no TF32. The check below
+# needs no guard. The price is one matmul in fp32: on an H200, a T5-Base fp16 step (micro-batch 32) took 1.035 times as
+# long with the guard as without it with TF32 on, as `fit` runs, and 1.30 times with TF32 off (`benchmarks/fp16_path.py`;
+# its records `fp16_path_2.json` and `fp16_path.json` in `benchmarks/results/h200_2026-12-04/`); a T4 has no TF32. The check below
 # scales `wo` until its outputs reach about 10⁵ and runs the layer three ways (CPU autocast supports fp16 too).
 
 # %%

@@ -154,8 +154,8 @@ test_eq((enc_cache.cross_attn, dec_cache.cross_attn.k.shape), (None, (2, cfg.num
 # The decoder's mask is causal; padding masks hide padded keys (the encoder's, and the decoder's own when fine-tuning
 # pads its targets; with padding on the right the causal mask already hides those positions from every real one, so
 # the decoder's mask changes no loss, and it makes the decoder's bias one [batch, heads, L, L] tensor instead of
-# [1, heads, L, L]). Masked entries get **half the most negative value of the compute dtype** (−1.7·10³⁸ in fp32,
-# −32,752 in fp16) and stay finite: float32's minimum becomes `-inf` once cast to 16 bits, a 16-bit dtype's own
+# [1, heads, L, L]). Masked entries get **half the most negative value of the compute dtype**
+# (`torch.finfo(dtype).min / 2`) and stay finite: float32's minimum becomes `-inf` once cast to 16 bits, a 16-bit dtype's own
 # minimum (HF's choice) once a negative score is added to it, and a row whose keys are all padding is then all
 # `-inf`, whose textbook softmax is `nan`. torch's attention kernels special-case such rows (finite either way on a 2-core CPU and on an H200:
 # `benchmarks/fp16_path.py`, results in `benchmarks/results/`), so this is a safeguard for any code that does not. The bias is cast to the compute
@@ -231,8 +231,8 @@ class Stack(nn.Module):
 
 # %% [markdown]
 # What every layer of a stack receives, for a padded batch of two rows (12 encoder tokens, the second row
-# padded after 8; 6 decoder tokens): the position bias of head 0, its masked entries replaced by −1.7·10³⁸ (fp32:
-# the softmax gives them weight 0) and drawn black. Cross-attention has no position bias,
+# padded after 8; 6 decoder tokens): the position bias of head 0, its masked entries replaced by half of fp32's most
+# negative value (the softmax gives them weight 0) and drawn black. Cross-attention has no position bias,
 # only the encoder's padding mask. The bias table here is random, as at init.
 
 # %%
@@ -613,8 +613,8 @@ assert initial[True] < math.log(8192) + 1 < initial[False]
 # %% [markdown]
 # Why so far off? The decoder's last RMSNorm leaves hidden states of RMS ≈ 1, so a vector of norm ≈ √d_model.
 # Each logit is its dot product with one head row; with std-1 rows the logits have std ≈ √d_model (16 for
-# tiny, 27.7 for Base), the softmax is nearly one-hot on a random token, and the loss on the right token is
-# many times `ln V` — and more so the wider the model: about 7× for tiny and 10× for Base. Rows of std `d_model^-½` give logits of std ≈ 1 and a loss just above `ln V`. The head is
+# tiny, 27.7 for Base: printed under the figure), the softmax is nearly one-hot on a random token, and the loss on
+# the right token is many times `ln V` — and more so the wider the model: about 7× for tiny and about 10× for Base. Rows of std `d_model^-½` give logits of std ≈ 1 and a loss just above `ln V`. The head is
 # the only difference, so below one set of decoder outputs per model meets both heads:
 
 # %%
@@ -656,6 +656,9 @@ axs[1].axhline(1, color="k", lw=0.8, ls="--"); axs[1].text(1.45, 1.3, "ln V", fo
 axs[1].set_xticks(x, ["tiny (d 256)", "Base (d 768)"]); axs[1].set_ylabel("initial loss / ln V")
 axs[1].legend(fontsize=8); axs[1].set_title("initial loss, in units of ln V", fontsize=10)
 plt.tight_layout(); plt.show()
+for n in measured:
+    print(f"{n}:", "; ".join(f"{label} head: logits std {logits.std():.1f}, initial loss {r:.1f}× ln V"
+                             for label, (logits, r) in measured[n].items()))
 ratio = {n: measured[n]["HF std 1"][1] for n in measured}
 assert 5 < ratio["tiny"] < 8 and 9 < ratio["t5-v1_1-base"] < 13                 # grows like √d_model
 assert all(1 <= measured[n]["fixed, d_model^-½"][1] < 1.1 for n in measured)     # just above ln V
@@ -677,8 +680,7 @@ assert all(1 <= measured[n]["fixed, d_model^-½"][1] < 1.1 for n in measured)   
 # - With the same weights and inputs, our whole models give HF's logits and gradients within 1e-4, the state
 #   dicts convert both ways (`from_hf`, `to_hf`, `save_pretrained`), and greedy generation with our KV cache gives
 #   HF's tokens.
-# - T5-Base has exactly nanoT5's 247,577,856 parameters; `tiny` has 13.6M, of which the embedding and the head
-#   are about a third.
+# - T5-Base has exactly nanoT5's 247,577,856 parameters; `tiny` has 13.6M.
 #
 # ## Questions
 #
@@ -707,8 +709,8 @@ assert all(1 <= measured[n]["fixed, d_model^-½"][1] < 1.1 for n in measured)   
 #
 # ## Try it
 #
-# 1. **Head init sweep** (seconds). Build `T5(get_config("tiny"))`, set `lm_head.weight` to normal noise of std 1,
-#    0.25, `256**-0.5` and 0 in turn, and compute the loss on `tiny_ids`/`tiny_labels` as in the LM-head cell.
+# 1. **Head init sweep** (seconds). Build `T5(get_config("tiny"))`, set `lm_head.weight` to normal noise of std `1`,
+#    `0.25`, `256**-0.5` and `0` in turn, and compute the loss on `tiny_ids`/`tiny_labels` as in the LM-head cell.
 #    Predict the loss at std 0 before you run it; look at how close to ln V = 9.01 each std gets (can a random
 #    head start below it?).
 # 2. **A tied head** (seconds). Compute the same initial loss for `T5(get_config("tiny", tie_word_embeddings=True))`,

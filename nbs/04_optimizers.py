@@ -58,8 +58,9 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # Adam moves each weight by `lr · m̂/√v̂`, where m̂ is a running mean of the weight's gradient and √v̂ its running
 # root mean square. The ratio has no units: ±1 at the first step, near 1 while the gradient keeps its sign, smaller
 # when the gradient is noisy. It is not capped at 1 — when one large gradient follows many small ones, m̂ grows
-# faster than √v̂, up to (1−β1)/√(1−β2) ≈ 3.2 with β = (0.9, 0.999) — but it never depends on how large the weight
-# is. So a tensor θ moves by a **fraction of itself**
+# faster than √v̂: after a long run of zero gradients, one gradient gives (1−β1)/√(1−β2) ≈ 3.16 with β = (0.9, 0.999)
+# (the check below prints it), and gradients that keep growing can give more — but it never depends on how large the
+# weight is. So a tensor θ moves by a **fraction of itself**
 #
 # `|Δθ| / |θ| = lr · RMS(m̂/√v̂) / RMS(θ)`,  with `RMS(θ) = ‖θ‖₂ / √numel(θ)`:
 #
@@ -99,6 +100,14 @@ for p in small.parameters(): p.grad = torch.randn_like(p)
 opt.step()
 moved = {n: rms_of(p - before[n]) / rms_of(before[n]) for n, p in small.named_parameters()}
 for n in moved: test_close(moved[n] * rms_of(before[n]) / 1e-3, 1.0, eps=1e-4)  # |Δθ|/|θ| = lr / RMS(θ)
+def adam_ratio(grads, b1=0.9, b2=0.999):
+    "m̂/√v̂ of one weight after these gradients (eps left out)"
+    m = v = 0.0
+    for t, g in enumerate(grads, start=1):
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+    return (m / (1 - b1 ** t)) / math.sqrt(v / (1 - b2 ** t))
+print(f"m̂/√v̂ after 10,000 zero gradients and one of 1: {adam_ratio([0.0] * 10_000 + [1.0]):.2f}; "
+      f"(1 − β1)/√(1 − β2) = {0.1 / math.sqrt(0.001):.2f}")
 {n: f"moved {moved[n]:.4f} of itself; lr / RMS(θ) = {1e-3 / rms_of(before[n]):.4f}" for n in list(moved)[:5]}
 
 
@@ -156,11 +165,11 @@ test_eq(late["adamw"].max() / late["adamw"].min() > 50, True)
 
 # %% [markdown]
 # With plain AdamW the fraction depends on the tensor. At step 1 the `q` matrices moved by ≈90 × lr (1 / their
-# RMS of 0.011 in this model), the other matrices and the bias tables by 13–32 × lr, the norms by 1 × lr and the
-# embedding by 0.3 × lr (only the rows of tokens in the batch get a gradient). Training does not close the gap:
-# over the last 50 steps the tensors span 0.18–16.9 × lr, a factor of 96. One learning rate cannot suit both ends:
-# at the first step's lr, 5e-4 (half the peak 1e-3, the warmup's start), `q` moved by 4.5% of itself, the norms by
-# 0.05%.
+# RMS of 0.011 in this model, the init std printed in lesson 03b), the other matrices and the bias tables by
+# 12.7–31.7 × lr, the norms by 1 × lr and the embedding by 0.3 × lr (only the rows of tokens in the batch get a
+# gradient). Training does not close the gap: over the last 50 steps the tensors span 0.175–16.9 × lr, a factor of
+# 96.3. One learning rate cannot suit both ends: whatever lr moves the norms by a useful fraction of themselves moves
+# `q` by about 90 times that fraction.
 
 # %% [markdown]
 # ## The fix: scale each tensor's step by its RMS
@@ -277,7 +286,8 @@ test_close(p1, p2, eps=1e-7)
 
 # %% [markdown]
 # Each tensor's effective learning rate, `lr · max(1e-3, RMS(θ))`: on T5-Base at init and lr 2e-2, 2e-2 for the
-# embedding and the norms, ≈9e-5 for `q`, 4–7e-4 for the other matrices (and for the LM head with 03b's init fix):
+# embedding and the norms, ≈9e-5 for `q`, 4.4e-4 to 7.2e-4 for the other matrices (and for the LM head with 03b's
+# init fix):
 
 # %%
 #| export
@@ -302,9 +312,9 @@ for opt_name in ("adamwscale", "adafactor"):  # at most lr (1e-3: fp32 rounding 
 test_eq(late["adamw"].max() / late["adamw"].min() > 10 * late["adamwscale"].max() / late["adamwscale"].min(), True)
 
 # %% [markdown]
-# With AdamWScale no tensor moved by more than 0.97 × lr of its size in any step (a tensor's RMS change: a single
-# weight can still move by up to ≈3.2 × lr), and over the last 50 steps the tensors span 0.13–0.32 × lr: a factor
-# of 2.5 instead of 96, below lr because m̂ averages gradients that change sign. Adafactor (no momentum in nanoT5's
+# With AdamWScale no tensor moved by more than 0.965 × lr of its size in any step (a tensor's RMS change: a single
+# weight can still move by more than lr × RMS(θ), when its m̂/√v̂ exceeds 1), and over the last 50 steps the tensors
+# span 0.13–0.32 × lr: a factor of 2.5 instead of 96.3, below lr because m̂ averages gradients that change sign. Adafactor (no momentum in nanoT5's
 # setting, and update clipping to `RMS(update) ≤ 1`) stays closest to lr: 0.72–0.99 × lr, a factor of 1.4. One
 # learning rate now means about the same fractional step for every tensor.
 
@@ -555,10 +565,10 @@ test_fail(lambda: get_optimizer("adamwscale", m.parameters(), 0), contains="must
 # %% [markdown]
 # ## What you learned
 #
-# - Adam moves a weight by `lr · m̂/√v̂`: lr at the first step, usually less, up to ≈3.2 × lr, whatever the weight's
-#   size. So a tensor moves by `lr · RMS(m̂/√v̂) / RMS(θ)` of itself.
+# - Adam moves a weight by `lr · m̂/√v̂`: lr at the first step, usually less, sometimes more (≈3.16 × lr for one
+#   gradient after a long run of zeros), whatever the weight's size. So a tensor moves by `lr · RMS(m̂/√v̂) / RMS(θ)` of itself.
 # - T5's tensors differ in RMS by two orders of magnitude at init (`q` smallest); under plain AdamW their
-#   fractional steps still differed by a factor of 96 after 200 steps.
+#   fractional steps still differed by a factor of 96.3 after 200 steps.
 # - AdamWScale scales each tensor's step by `max(1e-3, RMS(θ))`, as Adafactor does: the fractions then agreed
 #   within a factor of 2.5, and no tensor moved by more than lr of itself in a step.
 # - Check an optimizer against a hand computation in plain floats, and against a library where the two must agree.
@@ -570,7 +580,7 @@ test_fail(lambda: get_optimizer("adamwscale", m.parameters(), 0), contains="must
 # ## Questions
 #
 # 1. Why is `|m̂/√v̂|` 1 for every weight at the first step (when `|g| ≫ eps`)? What makes it exceed 1 later?
-# 2. A tensor has RMS 0.005. At lr 2e-2, what fraction of itself does plain AdamW move it at step 1? AdamWScale?
+# 2. A tensor has `RMS(θ) = 0.005`. At lr 2e-2, what fraction of itself does plain AdamW move it at step 1? AdamWScale?
 # 3. Why does `q` start with the smallest RMS? What would its first-step fraction be without T5's `1/√d_kv` folded in?
 # 4. What is the floor in `max(1e-3, RMS(θ))` for? What would happen to a tensor initialised at zero without it?
 # 5. Why does the check against `torch.optim.AdamW` use eps 1e-12 and a tensor of ±1 entries?

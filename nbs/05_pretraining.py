@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Pre-training: the loop, its evaluation and the CPU demo
-# > The pre-training loop, bare; bf16 and gradient accumulation; an evaluation that says what the model learned (held-out loss, baselines, and the encoder's three gains); then the CPU demo, trained for ten minutes and scored by that evaluation
+# > The pre-training loop, bare; bf16 and gradient accumulation; an evaluation that says what the model learned (held-out loss, baselines, and the encoder's three gains); then the CPU demo, trained for minutes on a CPU and scored by that evaluation
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -16,7 +16,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # ([04](04_optimizers.ipynb)). This lesson builds the pre-training loop in a dozen lines, makes it faster without
 # changing what it computes (bf16, gradient accumulation), and builds the measurement that says what it learned: the
 # held-out loss against two baselines, and what the encoder's input is worth, split into reading the words around each
-# blank and merely knowing which speech it is. The payoff: a model trained for about ten minutes on 2 CPU cores to
+# blank and merely knowing which speech it is. The payoff: a model trained for a few thousand steps on a CPU to
 # fill blanks in State of the Union speeches, scored by that measurement.
 #
 # The engineering a long run needs (a data stream that resumes, one config tree, FLOPs and memory, checkpoints, several
@@ -126,7 +126,8 @@ test_eq(model.shared.weight.dtype, torch.float32)
 # **Gradient accumulation.** A batch too big for memory is split into `grad_acc` micro-batches whose gradients
 # add up in `.grad` before one optimizer step. Scaling each micro-batch's loss by `1/grad_acc` makes the sum
 # the big batch's gradient — exactly, because the loss is a mean over target tokens and every row here has the
-# same 29 of them. nanoT5's batch of 128 on a small GPU is 4 micro-batches of 32:
+# same 29 of them. A batch of 128 rows that does not fit a small GPU can run as 4 micro-batches of 32; here a batch
+# of 16 runs as 4 micro-batches of 4:
 
 # %%
 def gradients(batches, scale):
@@ -188,14 +189,16 @@ for a, b in zip(whole, accumulated):
 #
 # Rows of one speech are not independent samples, so the uncertainty is a bootstrap **over documents**:
 # resample the documents with replacement 1,000 times and recompute each gain; `span_gain_ci95` and its
-# siblings hold the 2.5th and 97.5th percentiles.
+# siblings hold the 0.025 and 0.975 quantiles of the resampled gains.
 #
-# How to read the numbers: they average over every target token, sentinels and EOS included (about a quarter
-# of the targets: their place is fixed by the masks, so no input helps predict them). An untrained model shows
-# what noise alone gives: about a hundredth of a nat on 128 rows (the check below), less on more rows, and the
-# intervals say how far a number is from zero. Half a nat per token
-# would mean the input makes every target token ~1.6× likelier on average. (To see the gains split by kind of
-# target token, sentinels and EOS apart from span tokens, use `gain_by_token_kind` in the appendix at the end.)
+# How to read the numbers: they average over every target token, sentinels and EOS included (27.6% of the targets in
+# the appendix's table). Those are not free of the input: a sentinel or EOS ends a span, and the model never sees the
+# mask, only its own input, which shows where the text resumes after each sentinel — so the input can help predict
+# where each span ends too. An untrained model shows what noise alone gives: about a hundredth of a nat on 128 rows
+# (the check below), less on more rows, and the intervals say how far a number is from zero. A gain of `g` nats per
+# token means the input makes the target tokens `exp(g)` times likelier, in geometric mean. (To see the gains split
+# by kind of target token, sentinels and EOS apart from span tokens, use `gain_by_token_kind` in the appendix at the
+# end.)
 
 # %%
 #| export
@@ -470,15 +473,15 @@ test_fail(lambda: fill_in(stub, fill_tok, "word " * 200 + "<extra_id_0>", max_in
 # The README's main command, `nanot5-edu pretrain`, runs exactly this: the `cpu-demo` preset, which is the best recipe
 # of an earlier sweep of 15 short runs (lesson [07](07_config.ipynb)'s appendix on how the `cpu-demo` preset was chosen shows it; the script:
 # [experiments/demo_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/demo_sweep.py)). The
-# `tiny` model is cut to **1 encoder + 1 decoder layer** (d_model 256, 8 heads, gated-GELU 1024, vocabulary 8,192: 6.6M
-# parameters, two thirds of them the embedding and the LM head). Each row is 141 raw tokens, corrupted into 128 encoder
-# and 29 target tokens; batch 16; 3,000 steps of AdamWScale at lr 4e-2 with nanoT5's cosine schedule (100 warmup steps);
-# bf16 autocast; an evaluation every 250 steps. It is sized for about 10 minutes on 2 CPU cores (9.8 minutes on 2 idle
-# cores). The bars to clear: the per-position unigram baseline for the loss (a model that knows only how often each
+# `tiny` model is cut to **1 encoder + 1 decoder layer** (`d_model=256`, 8 heads, gated-GELU `d_ff=1024`,
+# `vocab_size=8192`: 6.6M parameters). Each row is 141 raw tokens, corrupted into 128 encoder and 29 target tokens;
+# batch 16; 3,000 steps of AdamWScale at lr 4e-2 with nanoT5's cosine schedule (100 warmup steps); bf16 autocast; an
+# evaluation every `eval.every_steps=250` steps. On a CPU it takes minutes, not hours (the saved run's logged steps:
+# below). The bars to clear: the per-position unigram baseline for the loss (a model that knows only how often each
 # token appears at each target position; plain unigram entropy is easier still), and — for span filling — a `span_gain`
 # well above what an untrained model shows from noise alone (the check in the Evaluation section: 0.011 on 128 rows).
-# The goal we set for it: held-out loss ≤ 4.5 and `span_gain` ≥ 0.1 nats (the input's own context makes a target token
-# ~1.1× likelier on average). Whether it gets there is the question of this section.
+# The goal we set for it: held-out loss ≤ 4.5 and `span_gain` ≥ 0.1 nats. Whether it gets there is the question of
+# this section.
 #
 # `train` (imported below from `nanot5_edu.train`) runs this same loop plus the engineering a long run needs (a data
 # stream that resumes, one config tree, evaluation during the run, checkpoints, several processes), which lessons
@@ -490,7 +493,7 @@ from nanot5_edu.train import train  # lesson 08 builds it
 
 # %%
 #| slow
-# trains for ~10 minutes; if ../runs/cpu-demo-notebook already holds the finished run, it resumes it and only evaluates
+# trains for 3,000 steps (minutes on a CPU); if ../runs/cpu-demo-notebook already holds the finished run, it resumes it and only evaluates
 demo = train(make_config("cpu-demo", ["logging.run_dir=../runs/cpu-demo-notebook", "logging.progress_bar=false"]))
 r3 = lambda v: round(v, 3) if isinstance(v, float) else [r3(x) for x in v] if isinstance(v, list) else v
 print({k: r3(v) for k, v in demo.items() if k not in ("wall_s", "main_process")})
@@ -500,9 +503,9 @@ Image(filename=demo["loss_plot"])
 # %% [markdown]
 # The saved output: this cell found the finished run in `../runs/cpu-demo-notebook` (made by the same recipe with
 # `nanot5-edu pretrain`) and only evaluated it, which is why it printed "resumed … at step 3000"; run in a fresh
-# folder, the cell trains. Timing: the same command took 9.8 minutes on 2 idle cores in an earlier run with
-# identical numbers; the run saved here shared the machine with other jobs, so its logged ms/step (0.14–5.4 s) are
-# not a timing. Held-out loss 9.441 at the first evaluation → **4.324** after 3,000 steps, far below the per-position
+# folder, the cell trains. Timing: no run of this recipe recorded its wall-clock time on an idle machine. The copy of
+# the run in `results/demo_run.json` (the same numbers) logged 142 ms to 5,436 ms a step while it shared the machine with other
+# jobs, so those are not a timing of the recipe. Held-out loss 9.441 at the first evaluation → **4.324** after 3,000 steps, far below the per-position
 # unigram baseline (5.547) and unigram entropy (5.905); token accuracy 31.3%. On 512 held-out rows of 24 speeches:
 #
 # | | nats | 95% interval (bootstrap over speeches) |
@@ -511,25 +514,25 @@ Image(filename=demo["loss_plot"])
 # | `span_gain` = (b) − (a): the words around the blank | **0.027** | [0.022, 0.032] |
 # | `document_gain` = (c) − (b): which speech | **0.171** | [0.144, 0.210] |
 #
-# So nearly all of what the encoder's input is worth to this model is knowing **which speech** it is reading; reading
+# So most of what the encoder's input is worth to this model is knowing **which speech** it is reading; reading
 # the words around each blank is worth 0.027 nats, small but clear of zero (and above the 0.011 that an untrained
 # model shows from noise on 128 rows). During the run (`results/demo_run.json`) `document_gain` rose fast and early
 # (0.068 at step 750, 0.118 at 1,000) while `span_gain` crept (0.007 at 750, 0.012 at 1,000, 0.018 at 1,500, 0.027 at
 # 3,000). Of the goal we set, the held-out loss (≤ 4.5) is met; `span_gain` ≥ 0.1 is not.
 #
 # The other panels: held-out token accuracy (the target token is the model's most likely one) is 0.28 after 250
-# steps and creeps to 0.31 by the end — most of what the loss still gains after that is confidence, not new right
-# answers. The logged gradient norm is above the clipping threshold of 1 only in the first ~150 steps (1.51 at
+# steps and creeps to 0.31 by the end, while the held-out loss keeps falling (5.048 at step 250): the probabilities the
+# model gives the right tokens keep rising, its top choices change much less. The logged gradient norm is above the clipping threshold of 1 only in the first ~150 steps (1.51 at
 # step 50, 1.06 at 150), during and just after the 100 warmup steps; afterwards clipping no longer acts at the
 # logged steps: the norm falls to 0.45 by step 600 (0.85 at 200, 0.50 at 500) and then stays between 0.32 and
 # 0.45 while the cosine schedule takes the learning rate from 4e-2 down to its floor of 1e-5 (`optim.final_lr`).
 #
-# **MFU of the demo.** One step is 24.6 GFLOP (`flops_per_step`: batch 16, 128 → 29 tokens). 9.8 minutes for
-# 3,000 steps is at most 196 ms a step (the 13 evaluations included), so at least ≈ 126 GFLOP/s: roughly half
-# of the 248 GFLOP/s bf16 matmul peak in the saved output of lesson [07](07_config.ipynb) (measured there on a
-# loaded machine, so the true share is lower; the peak varies from machine to machine). The rest goes to the small
-# matmuls of a 256-wide model, attention, the optimizer and Python. (The `ms_per_step` logged in
-# `results/demo_run.json` is no guide here: that copy of the run shared its cores and logged 140 ms to 5 s a step.)
+# **MFU of the demo.** One step is 2.46·10¹⁰ FLOPs (`flops_per_step`: batch 16, 128 → 29 tokens). MFU divides the FLOP/s
+# a run achieves by the device's peak; on a CPU, lesson [07](07_config.ipynb) measures that peak with a large bf16
+# matmul, and `train.peak_tflops` then makes the loop log MFU. The saved demo run did not, and its logged step times
+# were taken on a shared machine (above), so this lesson states no MFU for it: run `nanot5-edu pretrain` on an idle
+# machine with `train.peak_tflops` set to lesson 07's measured peak to see yours. Expect a modest share: a
+# 256-wide model's matmuls are small, and attention, the optimizer and Python take their time too.
 
 # %% [markdown]
 # ## What you learned
@@ -547,7 +550,7 @@ Image(filename=demo["loss_plot"])
 #   (c) − (a) is their sum; the uncertainty is a bootstrap over documents.
 # - `fill_in` and `generate_spans` read what the model writes: its output has a training target's shape, split at the
 #   sentinels.
-# - The CPU demo (3,000 steps, about 10 minutes on 2 cores) ends far below both baselines with an encoder gain of
+# - The CPU demo (3,000 steps, minutes on a CPU) ends far below both baselines with an encoder gain of
 #   0.198 nats, of which `document_gain` is 0.171 and `span_gain` 0.027: it has mostly learned which speech it is
 #   reading; span filling has started.
 #
@@ -557,7 +560,7 @@ Image(filename=demo["loss_plot"])
 # 2. **Predict, then run:** a freshly initialised model should start near the dashed line `ln V` in the plot after the
 #    bare loop. Why, and will the first step's loss be above or below it?
 # 3. bf16 has fp32's exponent range but only 8 significant bits (7 stored). Why do the weights stay fp32 under autocast? What would
-#    happen to an update of 1e-6 to a weight of 1.0 stored in bf16?
+#    happen to an update of `1e-6` to a weight of `1.0` stored in bf16?
 # 4. **Predict, then run:** in the accumulation cell, change the scale `1 / 4` to `1`. How large will the largest
 #    difference be, compared with the gradients themselves?
 # 5. Accumulation is exact here because every row has the same 29 target tokens. Give a case where it would not be,
@@ -573,7 +576,7 @@ Image(filename=demo["loss_plot"])
 # ## Try it
 #
 # 1. **The learning rate of the bare loop.** Re-run the bare loop (re-create the model, optimizer and scheduler
-#    first) with `lr=4e-3` and `lr=4e-1` instead of `4e-2`; about 20 s each. Look at the mean of the last 10 losses
+#    first) with `lr=4e-3` and `lr=4e-1` instead of `4e-2` (seconds each). Look at the mean of the last 10 losses
 #    and at the shape of the curve: which is too slow, and which is unstable?
 # 2. **No clipping.** Remove the `clip_grad_norm_` line and run the bare loop at `lr=4e-2`. Plot the losses of the
 #    first 20 steps against the clipped run: where do they differ, and does the end point change?

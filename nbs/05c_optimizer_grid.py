@@ -14,8 +14,8 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # Lesson [04](04_optimizers.ipynb) measured why one learning rate suits T5's tensors badly under plain AdamW, and
 # built nanoT5's fix, **AdamWScale**, beside the two baselines (Adafactor, plain AdamW: `get_optimizer`) and the
 # learning-rate schedules (`get_lr_scheduler`). nanoT5 ranked them by the C4 loss each reached in one T5-Base run. This
-# lesson re-runs that comparison where a CPU can: what a fair comparison needs at this scale, the grid (22 runs, 42
-# minutes on 2 CPU cores, saved), what the saved results show, and how far their compute is from nanoT5's. It adds
+# lesson re-runs that comparison where a CPU can: what a fair comparison needs at this scale, the grid (saved: 42
+# minutes of CPU runs), what the saved results show, and how far their compute is from nanoT5's. It adds
 # nothing to the package.
 #
 # It needs from 04 `get_optimizer` and `get_lr_scheduler` (`nanot5_edu.optim`); for a small training loop (`run`, a
@@ -49,7 +49,7 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # %% [markdown]
 # ## nanoT5's table, and a fair comparison at this scale
 #
-# nanoT5's table (T5-Base, C4, 65,536 steps × 128 × 512, one run each):
+# nanoT5's table (T5-Base, C4, 65,536 steps of 512-token inputs, one run each):
 #
 # | | inverse sqrt | cosine |
 # |---|---|---|
@@ -213,11 +213,19 @@ def stat(runs, i):
     v = np.array([r["curve"][-1][i] for r in runs])
     return v.mean(), (v.std(ddof=1) if len(v) > 1 else float("nan")), len(v)
 print(f"{saved['steps']} steps x {saved['recipe']['batch_size']} x {saved['recipe']['inputs_length']} tokens; "
-      f"all runs took {saved['minutes']:.1f} min on 2 CPU cores\n")
+      f"all runs took {saved['minutes']:.1f} min on a CPU, one run {min(r['seconds'] for r in saved['runs']):.0f}–"
+      f"{max(r['seconds'] for r in saved['runs']):.0f} s for the same number of steps: no benchmark (Question 12)\n")
 print(f"| setting | seeds | held-out loss | span_gain (nats) | document_gain (nats) |\n|---|---|---|---|---|")
 fmt = lambda m, sd: f"{m:.3f}" + ("" if np.isnan(sd) else f" ± {sd:.3f}")
 for name, runs in by_name.items():
     print(f"| {name} | {len(runs)} | " + " | ".join(fmt(*stat(runs, i)[:2]) for i in (1, 2, 3)) + " |")
+mean = {name: stat(runs, 1)[0] for name, runs in by_name.items()}
+four = [f"{o}/{s}" for o in ("adafactor", "adamwscale") for s in ("inverse_sqrt", "cosine")]
+best = mean[f"adamw/cosine lr {saved['adamw_best_lr']:g}"]
+print(f"\nheld-out loss, cosine minus inverse_sqrt: adafactor {mean['adafactor/cosine'] - mean['adafactor/inverse_sqrt']:.3f}, "
+      f"adamwscale {mean['adamwscale/cosine'] - mean['adamwscale/inverse_sqrt']:.3f}; plain AdamW at "
+      f"{saved['adamw_best_lr']:g} behind the four by {best - max(mean[n] for n in four):.3f} to "
+      f"{best - min(mean[n] for n in four):.3f}")
 fig, axs = plt.subplots(1, 3, figsize=(15, 4))
 for name, runs in by_name.items():
     if len(runs) < 3:
@@ -236,8 +244,8 @@ axs[1].legend(fontsize=8); axs[0].set_title("mean of 3 seeds, band: min-max"); p
 # %% [markdown]
 # How far is this from nanoT5's runs? Training costs ≈ 6 FLOPs per parameter per token; in T5 the encoder's
 # parameters see the input tokens, the decoder's and the LM head's the target tokens (attention scores, not
-# counted, add a little). An estimate for one run here and one of nanoT5's T5-Base runs (batch 128, 512 → 114
-# tokens, 65,536 steps):
+# counted, add a little). An estimate for one run here and one of nanoT5's T5-Base runs (512 → 114 tokens, 65,536
+# steps, at T5's batch of 128 rows; nanoT5's default config takes 144 a step, so its runs cost a little more):
 
 # %%
 def train_flops(model_cfg, batch_size, inputs_length, targets_length, steps):
@@ -254,24 +262,25 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
       f"one nanoT5 run: {nanot5 / 1e18:.2f} EFLOP; ratio {nanot5 / ours:.2g}")
 
 # %% [markdown]
-# **What the saved results show** (300 steps per run, 3 seeds):
+# **What the saved results show** (300 steps per run, 3 seeds; the step-0 values are the first point of each curve in
+# `results/optimizers.json`):
 #
 # - **No run fills spans yet, beyond a trace**: the mean `span_gain` is at most 0.004 nats (single runs at most
 #   0.007). That is above the untrained models at step 0 (−0.001 to 0.001 for the grid's three inits; −0.013 for HF's
 #   std-1 head, whose step-0 loss is 61.6), and all six Adafactor runs are positive, but it is a few thousandths of a
-#   nat, a tenth of Adafactor's `document_gain`. Adafactor's runs have begun to use
+#   nat. Adafactor's runs have begun to use
 #   *which speech* a row is from (`document_gain` 0.034–0.042; AdamWScale 0.007–0.009, its seeds 0.001–0.018;
-#   plain AdamW ≤ 0.002). The table ranks how fast each optimizer learns a model of the *targets*; it cannot test
-#   nanoT5's claim, about the end of runs ≈ 4.4 × 10⁵ times bigger.
+#   plain AdamW ≤ 0.002). With the inputs barely used, the held-out loss compares how well each optimizer has fit
+#   the *targets* on their own; it cannot test nanoT5's claim, about the end of runs ≈ 4.4 × 10⁵ times bigger.
 # - **Adafactor is ahead of AdamWScale** under both schedules (4.959 ± 0.008 and 4.983 ± 0.007 against
 #   5.012 ± 0.017 and 5.021 ± 0.019), at one lr tuned for neither. A hypothesis, not tested (AdamWScale's lr was
-#   not swept): at the same lr Adafactor moves every tensor by 0.72–0.99 × lr per step and AdamWScale by
-#   0.13–0.32 × lr, so AdamWScale at a larger lr might close the gap. nanoT5's ranking, at 65,536 steps and tuned
+#   not swept): at the same lr, lesson 04's measurement has Adafactor move every tensor by 0.72–0.99 × lr per step
+#   and AdamWScale by 0.13–0.32 × lr, so AdamWScale at a larger lr might close the gap. nanoT5's ranking, at 65,536 steps and tuned
 #   rates, is the opposite.
-# - **Schedules**: for Adafactor, inverse-sqrt beats cosine by 0.025 (spread ≈ 0.007); for AdamWScale the 0.009 gap
-#   is within the spread.
+# - **Schedules**: for Adafactor, inverse-sqrt beats cosine by 0.025 (seed spread ≈ 0.007); for AdamWScale the
+#   0.008 gap is within the spread (0.017–0.019), so it ranks nothing.
 # - **Plain AdamW** at 4e-2 is far behind (5.738 ± 0.047); at the best of its three rates (1e-3, the edge of the
-#   sweep: 5.158 ± 0.006) it is still ≈ 0.14 nats or more behind all four.
+#   sweep: 5.158 ± 0.006) it is still 0.137 nats or more behind all four.
 # - **No divergence**: plain AdamW at nanoT5's 2e-2 stayed finite without gradient clipping (5.479), and with HF's
 #   std-1 LM head too (5.804). At 6.6M parameters and 300 steps we could not reproduce nanoT5's divergence.
 
@@ -285,15 +294,15 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 #   shape; T5's legacy schedule would be flat.
 # - At 300 CPU steps Adafactor led AdamWScale under both schedules at one lr tuned for neither, both led plain AdamW at
 #   its best of three rates, and plain AdamW did not diverge, even without clipping and with HF's std-1 LM head.
-# - No run learned to fill spans (`span_gain` ≤ 0.004 nats: a trace at most, a tenth of Adafactor's `document_gain`): the held-out loss
-#   ranks how fast each optimizer learns the targets' distribution, not what nanoT5 ranked.
+# - No run learned to fill spans (`span_gain` ≤ 0.004 nats, a trace at most, against Adafactor's `document_gain` of
+#   0.034–0.042): the held-out loss compares how well each optimizer fit the targets, not what nanoT5 ranked.
 # - Counting FLOPs (≈ 6 per parameter per token) puts one nanoT5 run at ≈ 4.4 × 10⁵ of these: a result at this scale
 #   cannot confirm or refute one at that scale.
 #
 # ## Questions
 #
 # 1. Why 3 seeds per setting? Is Adafactor's lead of inverse-sqrt over cosine (0.025 nats) a ranking? AdamWScale's
-#    0.009?
+#    0.008?
 # 2. Why must plain AdamW be compared at its own best learning rate? Its best of the three, 1e-3, is the edge of the
 #    sweep: what does that leave open?
 # 3. Why does the grid use `inverse_sqrt` with its knee at 15% of the run rather than T5's legacy schedule?
@@ -304,7 +313,7 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 #    no `span_gain`?
 # 6. Every grid setting has a mean `span_gain` ≤ 0.004. What does its held-out loss measure, then?
 # 7. **Predict, then run:** `held_out(T5(RECIPE["model"]))`, an untrained model: its held-out loss against
-#    ln 8,000 = 8.99 (the tokenizer has 8,000 tokens), and its two gains. Then with `lm_head_init_fix=False` in
+#    `ln V` = 9.01 (lesson 03b's output: the loss of a uniform guess over the model's vocabulary), and its two gains. Then with `lm_head_init_fix=False` in
 #    `replace(RECIPE["model"], ...)`: much higher or about the same?
 # 8. Plain AdamW at nanoT5's 2e-2 stayed finite here. Name two differences between this setting and nanoT5's that
 #    could explain why it did not diverge.
@@ -322,8 +331,8 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 # is the hidden training loop above; it returns `[(step, held-out loss, span_gain, document_gain), …]`, evaluated at
 # step 0, every `eval_every` steps and at the end.
 #
-# 1. **Sweep AdamWScale's lr** (the hypothesis above): `run("adamwscale", "inverse_sqrt", lr, 300)` for lr 4e-2,
-#    8e-2 and 1.6e-1 (a minute or two each on 2 cores). Look at the last held-out loss: does a larger lr reach
+# 1. **Sweep AdamWScale's lr** (the hypothesis above): `run("adamwscale", "inverse_sqrt", lr, 300)` for `lr` in
+#    `4e-2`, `8e-2` and `1.6e-1` (the grid's runs took 77–364 s each). Look at the last held-out loss: does a larger lr reach
 #    Adafactor's 4.96 (inverse-sqrt, seed 0), and where does it get worse?
 # 2. **The problem, live**: `run("adamw", "cosine", 4e-2, 100, eval_every=20, updates=(u := []))`, then plot
 #    `np.array(u)` per tensor (in units of each step's lr). Which tensors move by more than their own size in a

@@ -121,7 +121,7 @@ class BatchStream:
 
 
 # %% [markdown]
-# The check, on 05's demo corpus and 8,100-id tokenizer (`corpus`, `tokenizer`, rebuilt in a hidden cell): five
+# The check, on 05's demo corpus and tokenizer (`corpus`, `tokenizer`, rebuilt in a hidden cell): five
 # batches, the state, three more; a fresh stream with a fresh collator, loaded from the state, gives
 # the same three (the collator's RNG is part of the state, so the masks match too). And two processes of one run
 # (`rank` 0 and 1 of `world_size` 2) take the two halves of the same global batch: disjoint rows, with no
@@ -150,8 +150,9 @@ print(f"state after 5 batches: epoch {state['epoch']}, position {state['position
 # fast must that be? nanoT5's step (T5-Base, batch 128 rows of 568 raw tokens, which span corruption turns into 512
 # encoder and 114 target tokens: [02](02_span_corruption.ipynb)) is 54.5 TFLOP (`flops_per_step`, counted in
 # [07](07_config.ipynb)); an H200 (989
-# TFLOP/s dense bf16) at 50% MFU does one in 0.11 s, so it consumes about **660k raw tokens per second**. Here
-# is what one process does, on a few speeches of the embedded corpus, with the demo's 8,100-id vocabulary:
+# TFLOP/s dense bf16) at 50% MFU does one in about a tenth of a second, so it consumes about **660k raw tokens per
+# second** (the cell below prints it). Here is what one process does, on a few speeches of the embedded corpus, with
+# the demo's vocabulary:
 
 # %%
 from nanot5_edu.config import PEAK_TFLOPS, flops_per_step  # lesson 07
@@ -181,21 +182,21 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 
 
 # %% [markdown]
-# One process, on one core, prepares text at no more than about the rate the GPU consumes it: the printed
-# speeds (they vary with the machine's load: 0.30M raw tokens/s for the whole pipeline in the saved output above,
-# up to 0.56M over our runs on this 2-core machine) against 660k needed at 50% MFU, or ≈ 410k at the 31% MFU that nanoT5's A100 step time comes to ([07](07_config.ipynb)); and the training process has other work too (launching
-# kernels, logging, checkpoints). Fed by the training process itself, a GPU would wait for text for part of every
-# step, and a faster GPU or a better MFU would make it worse. So, like nanoT5, the text is prepared in
+# One process, on one core, prepares text more slowly than the GPU consumes it: the printed speeds (they vary with
+# the machine's load: 0.30M raw tokens/s for the whole pipeline in the saved output above) against the 660k needed at
+# 50% MFU; and the training process has other work too (launching kernels, logging, checkpoints). Fed by the training
+# process itself, this GPU would wait for text for part of every step, and a faster GPU or a better MFU would make it
+# worse (a lower MFU needs proportionally fewer tokens per second). So, like nanoT5, the text is prepared in
 # `torch.utils.data.DataLoader` **worker processes** (processes, not threads: Python's global interpreter lock
 # lets only one thread run Python code at a time), one core each, a few batches ahead; the training process
-# only receives finished batches. `data.num_workers` sets how many (by default the cores left per process, at
-# most nanoT5's 8 — two cover nanoT5's ≈ 410k even at the slowest speed measured here, and more leave headroom
-# for 50% MFU, a faster GPU and bursts).
+# only receives finished batches. `data.num_workers` sets how many: by default the cores left per process, at
+# most 8, nanoT5's number (`data.num_workers` in nanoT5's `configs/default.yaml`). With a core each, workers add
+# up: a few at the printed pipeline speed cover the 660k, and more leave headroom for a faster GPU and for bursts.
 #
 # ## How a stream resumes
 #
-# A checkpoint taken at step 30,000 of `t5-base` has consumed ~3.8M rows. Skipping them by reading them
-# again would cost as much as producing them. `datasets`' streams instead *know where they are*:
+# A checkpoint taken late in a `t5-base` run has consumed millions of rows (128 a step). Skipping them by reading
+# them again would cost as much as producing them. `datasets`' streams instead *know where they are*:
 # `IterableDataset.state_dict()` is a position (which shard, how many examples into it, and, after a
 # batched `map`, where the current batch started), and `load_state_dict` starts reading there. torchdata's
 # `StatefulDataLoader` collects that state from every worker, along with how far each worker's batches got.
@@ -209,17 +210,18 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # (bounded work, whatever the step) and skips the rows already used. The pipeline, all in each worker:
 # text shards → tokenize and pack (`pack_dataset`, [02b](02b_span_batches.ipynb)) → shuffle and corrupt each block → micro-batches.
 #
-# A block is built in one go: a worker tokenizes 2,048 rows (1.2M tokens at T5's lengths, 2–4 s on one
-# core at the speeds above) before it hands out the first batch of it. Meanwhile the training process lives on the batches that worker
-# has ready. A few are not enough: with 2 workers taking turns and 4 batches ready each (a few, as the
-# `DataLoader`'s `prefetch_factor` usually keeps), those 8 batches last 8 steps, 0.9 s of the H200 step above,
-# against a build of 2 s or more, so the GPU would wait at least 1 s at every block. So each worker keeps a **whole block's batches** ready (`prefetch`,
-# by default `shuffle_buffer / micro_batch`): it builds its next block while the training process uses the current
-# one, and the wait disappears whenever the workers keep up on average. The cost is memory for the finished
-# batches (T5-Base: 16 batches of 128 rows, about 12 MB per worker).
+# A block is built in one go: a worker tokenizes and packs 2,048 rows of 568 raw tokens before it hands out the
+# first batch of it, seconds of one core at the speeds above. Meanwhile the training process lives on the batches
+# the workers have ready. A few are not enough: with 2 workers taking turns and a few batches ready each (the
+# `DataLoader`'s `prefetch_factor` keeps 2 per worker unless told otherwise), those last a few steps, well under a
+# second of the H200 step above, against a build of seconds, so the GPU would wait at every block. So each worker
+# keeps a **whole block's batches** ready (`prefetch`, by default `shuffle_buffer / micro_batch`): it builds its next
+# block while the training process uses the current one, and the wait disappears whenever the workers keep up on
+# average. The cost is memory for the finished batches: a block of token ids per worker, megabytes at T5-Base's
+# sizes.
 # [`benchmarks/stream_stalls.py`](https://github.com/nanot5-edu/nanot5_edu/blob/main/benchmarks/stream_stalls.py) measures the
-# waits with 4 and with a block's worth. A bigger `data.shuffle_buffer` mixes rows over a longer stretch and keeps a
-# longer block ready.
+# waits with 4 batches ready per worker (the old default) and with a block's worth. A bigger `data.shuffle_buffer`
+# mixes rows over a longer stretch and keeps a longer block ready.
 
 # %%
 #| export
@@ -466,8 +468,8 @@ def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, mi
 #   it gives exactly the next batches, masks included.
 # - Each process of a run takes its own slice of every global batch, drawn from one seeded permutation per epoch:
 #   disjoint rows with no communication.
-# - T5-Base on an H200 at 50% MFU consumes about 660k raw tokens per second; one process prepares text at most at
-#   about that rate, so a streamed corpus is prepared in `DataLoader` worker processes (processes, because of the GIL).
+# - T5-Base on an H200 at 50% MFU consumes about 660k raw tokens per second; one process prepared text more slowly
+#   than that here, so a streamed corpus is prepared in `DataLoader` worker processes (processes, because of the GIL).
 # - `datasets`' streams resume from a position (shard, example), and torchdata's `StatefulDataLoader` collects it from
 #   every worker.
 # - A rolling shuffle buffer loses its contents on resume; a block shuffle seeded by the block's position does not,
@@ -485,8 +487,8 @@ def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, mi
 # 3. Why does each process slice the global batch by its rank, instead of drawing its own rows with its own seed?
 # 4. What does `BatchStream` do with the rows that do not fill the last global batch of an epoch? Why is that harmless
 #    here?
-# 5. An A100 (312 TFLOP/s dense bf16) at 40% MFU on nanoT5's step (54.5 TFLOP, 128 rows of 568 raw tokens): how many
-#    raw tokens per second must the data pipeline supply?
+# 5. An A100 (312 TFLOP/s dense bf16) at an MFU of `0.4` on nanoT5's step (54.5 TFLOP, 128 rows of 568 raw tokens):
+#    how many raw tokens per second must the data pipeline supply?
 # 6. **Predict, then run:** in the speed cell, which is faster, the tokenizer alone or tokenize + pack + corrupt, and
 #    by how much?
 # 7. Why are the data workers processes and not threads?

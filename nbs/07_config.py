@@ -71,7 +71,7 @@ model = T5(dataclasses.replace(MODEL_PRESETS["tiny"], num_layers=1, num_decoder_
 # and `t5-base-16h` (nanoT5's 16-hour budget), and for smaller GPUs `t5-base-24gb` (the same run in micro-batches
 # of 32) and `colab-t4` (a T5-Small-sized model in fp16 for Colab's free T4). Their memory comes from
 # `estimate_memory` and their time from `estimate_time`, both built in "Memory you can predict" below (the table
-# there covers the `t5-base` family; `colab-t4`'s numbers are in the comment above its preset). One
+# there covers the `t5-base` family, the one after it every preset). One
 # difference from nanoT5 is kept on purpose: every preset uses the LM-head init fix of
 # [03b](03b_t5_model.ipynb) (`model.lm_head_init_fix=true`); nanoT5's published C4 loss of 1.953
 # ([04](04_optimizers.ipynb)) comes from HF's std-1 head,
@@ -425,7 +425,7 @@ print(", ".join(f"{str(d).split('.')[1]}: {f / 1e9:.0f} GFLOP/s" for d, f in cpu
 # kernel keeps only q, k, v, the output and one log-sum-exp per head. `estimate_memory` adds these up (for
 # `device="cuda"` unless told otherwise); it is an estimate, checked below against what autograd saves and in
 # `tests/` against the CPU's peak memory of a whole step; on a GPU, `benchmarks/gpu_check.sh` compares it with
-# `torch.cuda.max_memory_allocated` (not run yet: see the end of this section).
+# `torch.cuda.max_memory_allocated` (run once so far, on an H200: see the end of this section).
 
 # %%
 #| export
@@ -536,19 +536,27 @@ for grad_acc in (1, 2, 4):
 test_close(base_total / 2**30, 57, eps=1); test_close(base4_total / 2**30, 17, eps=1); test_close(base_saved / 2**30, 11, eps=1)
 
 # %% [markdown]
-# At nanoT5's micro-batch of 128 the activations are most of the ≈ 57 GiB: it fits an 80 GB card, not a 40 GB one;
-# `grad_acc=4` (micro-batch 32, the same optimizer step) brings it to ≈ 17 GiB, under a 24 GB card's. Keeping the
-# residual stream in 16 bits, as nanoT5's model does (PiotrNawrot/nanoT5#31), would save ≈ 11 GiB at micro-batch
-# 128 by this count (the norms' inputs and outputs in 16 bits, and one 16-bit input shared by q, k and v instead of
-# three casts): 45 GiB, still too much for a 40 GB card, while `grad_acc=2` (≈ 30 GiB) fits it. The feed-forward's
-# four `d_ff`-wide tensors, 16-bit already, stay the largest part. So this course offers `optim.grad_acc`, not a
-# 16-bit residual (which would change the model's numerics and its match with HF's T5), as the way to fit a smaller
-# card. These are estimates: no GPU has measured them yet; `benchmarks/gpu_check.sh` does. A run that still runs out of memory stops with a `TrainingError` that names the micro-batch, this
-# estimate and the `optim.grad_acc` that fits (the appendix at the end of this lesson).
+# At nanoT5's micro-batch of 128 the activations are most of the ≈ 57 GiB: by the estimate it fits an 80 GB card, not
+# a 40 GB one; `grad_acc=4` (micro-batch 32, the same optimizer step) brings it to ≈ 17 GiB, under a 24 GB card's.
+# Keeping the residual stream in 16 bits, as nanoT5's model does (PiotrNawrot/nanoT5#31), would bring micro-batch 128
+# from ≈ 57 to 45 GiB by this count (the last column: the norms' inputs and outputs in 16 bits, and one 16-bit input
+# shared by q, k and v instead of three casts), still too much for a 40 GB card, while `grad_acc=2` (≈ 30 GiB by the
+# estimate) is under it. The feed-forward's four `d_ff`-wide tensors, 16-bit already, stay the largest part. So this
+# course offers `optim.grad_acc`, not a 16-bit residual (which would change the model's numerics and its match with
+# HF's T5), as the way to fit a smaller card.
+#
+# These are estimates, and one GPU run has measured two of them (`benchmarks/gpu_check.sh` on an H200,
+# `benchmarks/results/h200_2026-12-04/gpu_check.json`): the bf16 step's peak memory was 19.6 GiB at micro-batch 32
+# and 68.5 GiB at micro-batch 128, 1.13 and 1.21 times the estimate (the file's `peak_over_estimate`). So the
+# estimate runs low at these sizes: read it as a floor and leave room. Both measured peaks still fit the cards named
+# above (24 GB, 80 GB); `grad_acc=2` on a 40 GB card was not measured and has less room to spare. A run that still
+# runs out of memory stops with a `TrainingError` that names the micro-batch, this estimate and the `optim.grad_acc`
+# that fits (the appendix at the end of this lesson).
 
 # %% [markdown]
 # Every preset at once: the memory of one step on a GPU (`estimate_memory`) and the time of the run (`estimate_time`)
-# on one A100-40GB at an assumed 30% MFU (about nanoT5's). Estimates from the formulas above, not measurements:
+# on one A100-40GB at an assumed 30% MFU (about what our count gives for nanoT5's step time, above). Estimates from
+# the formulas above, not measurements:
 
 # %%
 a100 = PEAK_TFLOPS["NVIDIA A100-SXM4-40GB"]  # dense bf16 TFLOP/s, from the table above
@@ -569,8 +577,8 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 # - Whatever can be checked without compute is checked before any data or model is built (`validate_config`).
 # - One training step costs 3 × the forward FLOPs; for nanoT5's T5-Base step that is 54.5 TFLOP, and the hand count
 #   agrees with `FlopCounterMode` within 1%.
-# - MFU = achieved FLOP/s ÷ the device's peak: nanoT5's 0.56 s/step on an A100 is 31% MFU; on a CPU the peak is
-#   measured with a large matmul.
+# - MFU = achieved FLOP/s ÷ the device's peak: nanoT5's 0.56 s/step on an A100 comes to 31% MFU by our FLOP count
+#   (nanoT5 reports the step time, not an MFU); on a CPU the peak is measured with a large matmul.
 # - A step's memory is weights (4 bytes per parameter), gradients (4), AdamW's moments (8), 16-bit weight copies (2),
 #   and activations and logits, which grow with the micro-batch × tokens × layers.
 # - nanoT5's micro-batch of 128 needs about 57 GiB by the estimate; `optim.grad_acc=4` gives the same optimizer step
@@ -584,7 +592,8 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 # 2. **Predict, then run:** what does `make_config("cpu-demo", ["optim.lrr=1e-3"])` say (the first config cell)? And
 #    `["optim.lr=fast"]`?
 # 3. Why does the backward pass cost about twice the forward pass?
-# 4. In `flops_per_step`, which term dominates for the demo model (d_model 256, vocabulary 8,192, 128 → 29 tokens)?
+# 4. In `flops_per_step`, which term dominates for the demo model (`model.config`: d_model 256, `vocab_size=8192`;
+#    128 → 29 tokens)?
 #    Which for T5-Base?
 # 5. **Predict, then run:** will `FlopCounterMode`'s count be a little above or a little below `flops_per_step`, and
 #    what could the hand count include that the kernels do not run (or the reverse)?
@@ -601,7 +610,7 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 #
 # 1. **Memory against length.** With `estimate_memory(make_config("t5-base", ["data.inputs_length=1024"]))` and
 #    `device="cuda"` and `"cpu"`, compare the activations with those at 512: which grows linearly, which faster?
-# 2. **Where a CPU's matmul peaks.** Run `matmul_peak_flops(torch.bfloat16, n)` for n = 256, 512, 1024, 2048, 4096
+# 2. **Where a CPU's matmul peaks.** Run `matmul_peak_flops(torch.bfloat16, n)` for `n in (256, 512, 1024, 2048, 4096)`
 #    and plot the GFLOP/s: from which size on does it level off, and what does that say about the demo model's
 #    256-wide matmuls?
 # 3. **The hand count at other shapes.** Repeat the `FlopCounterMode` check for the `tiny` model at inputs 512 → 114
@@ -614,8 +623,9 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 # emulated, several times slower, so `validate_config` refuses it there and names the two choices, fp16 and fp32.
 # (Not an `auto` precision that picks for you: the run's `config.yaml` should say what it trained in, and a run
 # resumed on another GPU should not change precision half-way without being told.)
-# fp16 has 3 more mantissa bits than bf16 but 3 fewer exponent bits (5 against 8): its largest number is 65,504 and gradients
-# below ~6e-8 round to zero. Two remedies make it train. **Loss scaling**: the loss is multiplied by a large factor
+# fp16 has 3 more mantissa bits than bf16 but 3 fewer exponent bits (5 against 8): its largest number is 65,504 and its
+# smallest positive one about 6e-8, so smaller gradients are lost (below half of it they round to zero). Two remedies
+# make it train. **Loss scaling**: the loss is multiplied by a large factor
 # before `backward` so small gradients stay representable, and the gradients are divided by it before the update;
 # when a gradient overflows to inf, the step is skipped and the factor halved (`torch.amp.GradScaler`, which
 # `train.precision=fp16` gets from Accelerate). The loss itself is finite on such a step — only the gradients
@@ -623,8 +633,9 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 # skipped step is inf or NaN (`tests/test_precision_memory.py` forces skipped steps and checks both). **fp32 where it matters**: master weights, the residual stream and the loss stay fp32, as in
 # bf16. Loss scaling cannot fix an *activation* above 65,504. T5's largest are the feed-forward's `wo` outputs, so
 # under fp16 our `wo` runs in fp32 ([03](03_t5_layers.ipynb); HF's T5 clamps fp16 hidden states instead). nanoT5
-# lists fp16 among what diverged for T5-Base. Whether the small models here stay in range elsewhere is a question to
-# measure. (The simulation below rounds every `Linear`, `wo` included, so it is stricter than `train.precision=fp16`,
+# reports that all its fp16 runs of T5-Base diverged, across seeds (its README, "Things we tried and didn't work
+# out"), without saying where. Whether the small models here stay in range elsewhere is a question to measure. (The
+# simulation below rounds every `Linear`, `wo` included, so it is stricter than `train.precision=fp16`,
 # whose `wo` runs in fp32; the real fp16 autocast it is compared with runs that guarded path.)
 #
 # Most CPUs have no fp16 matmul units (fp16 matmuls run far slower than bf16 there), so we *simulate* fp16 autocast
@@ -749,9 +760,9 @@ assert all(math.isfinite(l) for r in fp16_runs.values() for l in r["losses"])
 # batch to batch. The loss scaler never skipped a step (its scale stayed at the initial 65,536), and the largest
 # value any matmul saw as input or output, 114 (at the encoder's feed-forward `wo`), is 0.17% of fp16's range: this model, with fp32
 # master weights, loss scaling and an fp32 residual stream, is far from overflowing. That is a small model for
-# 200 steps; T5-Base's feed-forward activations grow with depth and training, which is where nanoT5 saw fp16
-# diverge. So fp16 is offered for GPUs without bf16 (the `colab-t4` preset, a T5-Small-sized model), with the NaN
-# guard behind it, and bf16 stays the default wherever the GPU has it.
+# 200 steps; T5-Base is 12 + 12 layers trained for 65,536 steps, and nanoT5's fp16 runs of it diverged (where in the
+# model, it does not say). So fp16 is offered for GPUs without bf16 (the `colab-t4` preset, a T5-Small-sized model),
+# with the NaN guard behind it, and bf16 stays the default wherever the GPU has it.
 
 # %% [markdown]
 # ## Appendix: an out-of-memory error that names the fix
@@ -821,18 +832,23 @@ for r in sorted(sweep, key=lambda r: (r["budget_s"], -r["encoder_gain"])):
 
 # %% [markdown]
 # What the sweep says, at 150 s of training each. One seed per recipe, and the calibration of recipes with the
-# same shape differs by up to ±8% (162–191 ms a step for the four 1 + 1 runs), so gaps of a hundredth of a nat are not rankings:
+# same shape differs (162–191 ms a step for the four 1 + 1 runs of 128-token inputs), so gaps of a hundredth of a nat
+# are not rankings:
 #
-# - **Fewer layers win.** 4 + 4 layers reach an encoder gain of 0.035, 2 + 2 layers 0.068, 1 + 1 layers 0.074:
-#   a smaller model takes more steps in the same time, and at this budget steps matter more than depth. A deeper
-#   encoder over a 1-layer decoder (2 + 1, 3 + 1) is *worse* (0.045, 0.023), not better. (2 + 2 against 1 + 1 is
-#   within what one seed can tell; both are clearly above 4 + 4.)
+# - **Fewer layers score higher.** 4 + 4 layers reach an encoder gain of 0.035, 2 + 2 layers 0.068, 1 + 1 layers
+#   0.074. A smaller model also takes more steps in the same time (the `steps` column), so the sweep does not say
+#   whether depth or the number of steps is what matters. A deeper encoder over a 1-layer decoder (2 + 1, 3 + 1)
+#   scores lower (0.045, 0.023), not higher. (2 + 2 against 1 + 1 is within what one seed can tell; both score higher
+#   than 4 + 4, one seed each.)
 # - **The learning rate matters, up to a cliff.** With 1 + 1 layers: 1e-2 gives 0.030, 2e-2 0.074, 4e-2 **0.080**
-#   (and the lowest loss of the 8k-vocabulary, 128-token runs), 8e-2 breaks the run (loss 5.06, gain 0.000).
+#   (and the lowest loss of the runs with the default vocabulary and 128-token inputs), 8e-2 breaks the run (loss
+#   5.06, gain 0.000).
 #   4e-2 is half the rate that broke; the demo's 3,000-step run (lesson 05) shows whether it holds over a longer schedule.
-# - On the 2 + 2 model, batch 16 beats 8; on the 4 + 4 model, batch 16 beats 64 and AdamWScale beats plain AdamW
-#   at 1e-3. Inputs of 64 tokens lower the loss (shorter targets are easier) without raising the gain; a
-#   2,000-piece vocabulary lowers the loss per token (not comparable) without raising the gain.
+# - On the 2 + 2 model, batch 8 and batch 16 are within a hundredth of each other (0.062, 0.068). On the 4 + 4
+#   model, batch 64 (79 steps in the budget) and plain AdamW at 1e-3 end with higher losses than the old default (5.073
+#   and 5.048 against 4.929) and no higher gain. Inputs of 64 tokens give a lower loss (not comparable: shorter inputs
+#   and targets) and no higher gain; a 2,000-piece vocabulary gives a lower loss per token (not comparable either) and
+#   no higher gain.
 # - **`torch.compile` does not pay on CPU** here: measured through the real loop on the chosen recipe
 #   (`experiments/compile_pays.sh`, `results/compile_cpu.json`), compiled steps are 1.02× faster and the 500-step
 #   run takes 124 s instead of 98 s, compilation included.

@@ -514,7 +514,7 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
 # writes `processes/rank_R.json` with that hash and a hash of its weights (both in [06](06_streams.ipynb)'s "Appendix:
 # which rows did each process train on?"; Try it 3 below compares the two files).
 #
-# The tokenizer comes from `data.tokenizer`, or is trained on the corpus (5 s for the embedded one) and
+# The tokenizer comes from `data.tokenizer`, or is trained on the corpus (seconds for the embedded one) and
 # saved in the run directory, so a resumed run and the HF export use the very same vocabulary.
 
 # %%
@@ -607,12 +607,12 @@ def train(cfg: Config) -> dict:
 # summary `train` returns), and `plot_run` draws a run from its `metrics.jsonl` and saves the figure as `loss.png` in the run directory:
 # the losses (held-out with the three encoder inputs), the three gains (with the last evaluation's interval),
 # the held-out token accuracy, and the gradient norm with the learning rate. One thing to know when
-# reading it: the training loss is logged as the mean over each logging window (50 steps in the demo), so the
-# point at step `s` averages losses from a model up to 49 steps younger, while the held-out loss is measured
-# on the weights of step `s` itself. Early in training, when the loss falls fast, the training curve therefore
-# sits *above* the held-out one; that is lag, not a sign that the held-out rows are easier (the quick run below
-# shows it in numbers: at step 6 the window's mean loss is 8.80, the held-out loss 8.41; its `loss.png` is in its
-# run directory, `summary["loss_plot"]`).
+# reading it: the training loss is logged as the mean over each logging window (`logging.every_steps=50` in the
+# demo), so the point at step `s` averages losses from models up to a window younger, while the held-out loss is
+# measured on the weights of step `s` itself. Early in training, when the loss falls fast, that lag alone puts the
+# training curve *above* the held-out one, so the gap is no sign by itself that the held-out rows are easier. The
+# quick run below (a window of 3 steps) shows such a gap: at step 6 the window's mean loss is 8.80, the held-out loss
+# 8.41 (its `loss.png` is in its run directory, `summary["loss_plot"]`).
 
 # %%
 #| export
@@ -791,8 +791,9 @@ test_eq(json.loads((good / "trainer_state.json").read_text())["step"] + 1, int(m
 # 1. **Ctrl-C and resume.** In a terminal, run (the `nanot5-edu` command comes with the package; lesson
 #    [10](10_cli.ipynb) builds it)
 #    `nanot5-edu pretrain cpu-demo train.total_steps=300 checkpoint.every_steps=100 logging.run_dir=runs/try08`, press
-#    Ctrl-C once around step 150, then run the same command again. Look for: a checkpoint at the step where it
-#    stopped, a resume from it, and no step twice in `runs/try08/metrics.jsonl`.
+#    Ctrl-C once after the first checkpoint is written and before the run ends, then run the same command again.
+#    Look for: a checkpoint at the step where it stopped, a resume from it, and no step twice in
+#    `runs/try08/metrics.jsonl`.
 # 2. **`kill -9` between checkpoints.** Start the same command with a new run dir and kill the process with `kill -9`
 #    between two checkpoints; resume. How many steps were lost, and do the logged losses after the resume match an
 #    uninterrupted run's?

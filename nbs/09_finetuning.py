@@ -65,8 +65,9 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # %% [markdown]
 # ## The task and the prompt
 #
-# The full dataset is the `allenai/natural-instructions` repository (about 3 GB: clone it and pass its path). So that
-# every cell runs anywhere, the package carries a 1.3 MB miniature in the same layout (`tasks/*.json`,
+# The full dataset is the `allenai/natural-instructions` repository (gigabytes of task files: clone it and pass its
+# path). So that every cell runs anywhere, the package carries a miniature of about a megabyte in the same layout
+# (`tasks/*.json`,
 # `splits/default/{train,test}_tasks.txt`): 6 training tasks (E2E NLG, COPA, four BIG-Bench-Hard tasks) and 2 test
 # tasks (BIG-Bench-Hard's navigate and sports understanding), plus a ninth task file (BIG-Bench-Hard's web of lies)
 # that no split lists, on purpose: only the split files decide what is loaded (a check below). Its `README.md` holds
@@ -344,10 +345,10 @@ tok = train_tokenizer(load_corpus("sotu")["text"], DEMO_VOCAB_SIZE, Path(tempfil
 # %% [markdown]
 # ### Rank classification
 #
-# A small model's greedy answer to "Is the sentence plausible?" may be "-26" — the format of some training task —
-# even when it has learned that "no" is likelier than "yes". Rank classification asks the model only to compare:
-# for each option $o$ of the task, the log-likelihood of its tokens (EOS included) given the prompt,
-# $\log p(o \mid x) = \sum_t \log p(o_t \mid o_{<t}, x)$, and the answer is the option with the highest one
+# A small model's greedy answer to "Is the sentence plausible?" may be a number — the format of another training task
+# (multistep arithmetic's answers are numbers) — even when it has learned that "no" is likelier than "yes". Rank
+# classification asks the model only to compare: for each option $o$ of the task, the log-likelihood of its tokens
+# (EOS included) given the prompt, $\log p(o \mid x) = \sum_t \log p(o_t \mid o_{<t}, x)$, and the answer is the option with the highest one
 # (T0 and FLAN score their classification tasks this way). A padding collator (appendix) batches the prompts.
 
 # %%
@@ -698,7 +699,7 @@ else:
     print(f"{EXPERIMENT} is not there: run the slow cells of 09b_what_pretraining_buys.")
 
 # %% [markdown]
-# The loss falls from 8.16 to 3.84, yet the scores sit on the majority baseline. What the model writes for the E2E NLG
+# The loss falls from 8.165 to 3.844, yet the scores sit on the majority baseline. What the model writes for the E2E NLG
 # instances explains it:
 
 # %%
@@ -708,12 +709,13 @@ if one:
     print(Counter(e["prediction"] for e in one["e2e"]).most_common(3))
 
 # %% [markdown]
-# **One sentence for 25 different restaurants**: 23 of the 25 generations read "The Punter rating of 5 out of 5." Why?
+# **One sentence for 25 different inputs**: 23 of the 25 generations read "The Punter rating of 5 out of 5." Why?
 # The loss is the average of $-\log p(\text{reference} \mid \text{prompt})$. A model that cannot yet *read* the input
-# (turn `name[The Mill]` into "The Mill") lowers that average most by learning what all of a task's answers share: the
-# format and frequent words. That distribution hardly depends on the input, and greedy decoding of the same
+# (turn `name[The Mill]` into "The Mill") can still lower that average by learning what all of a task's answers share:
+# the format and frequent words. That distribution hardly depends on the input, and greedy decoding of the same
 # distribution gives the same string every time. The definition in the prompt still tells it *which task* it is in, so
-# each task can get its own constant. The falling loss is real learning — of the answer distribution, not of input → answer.
+# each task can get its own constant. So the falling loss can be real learning of the answer distribution without any
+# learning of input → answer (09b's control (b) measures whether the outputs depend on the input).
 #
 # Two explanations fit: the model is too small or too little pre-trained to read its input, or the pipeline is broken
 # (wrong labels, a prompt cut before the input, generation that ignores the encoder). The positive controls of the next
@@ -738,7 +740,7 @@ if one:
 # 3. Rouge-L of "a b c d" against "a x c y" is 50. Work it out by hand.
 # 4. How can rank accuracy be 100 while exact match is 0 on the same instances?
 # 5. On E2E NLG, copying the input beats the majority answer on Rouge-L. Why, and why is copying still not a model?
-# 6. The annotated run's held-out loss falls from 8.16 to 3.84 while its scores stay at the majority baseline. What did
+# 6. The annotated run's held-out loss falls from 8.165 to 3.844 while its scores stay at the majority baseline. What did
 #    it learn?
 # 7. Would sampling instead of greedy decoding make the annotated run's outputs depend on the input?
 # 8. A task's majority answer is taken from its instances that are *not* evaluated. What would be wrong with taking it
@@ -747,8 +749,8 @@ if one:
 #    afterwards?
 # 10. **Predict, then run:** `rouge_l("the mat on the cat", ["the cat on the mat"])` and
 #     `exact_match("The cat, on the mat.", ["the cat on the mat"])`.
-# 11. 23 of the annotated run's 25 E2E generations are one sentence that names no input's restaurant, yet its E2E
-#     Rouge-L is well above 0. Where do its points come from?
+# 11. 23 of the annotated run's 25 E2E generations are one sentence, right about the restaurant's name only where the
+#     input happens to be The Punter, yet its E2E Rouge-L is well above 0. Where do its points come from?
 #
 # ## Try it
 #
@@ -757,8 +759,9 @@ if one:
 #    instances_per_task=25)`, rows of task `E2E`). Look for how close it comes to the run's own E2E Rouge-L, and to the
 #    majority answer's.
 # 2. **More E2E data** (a few minutes): the annotated run (`SETTINGS` above) with
-#    `sni.instances_per_task=500` and `train.total_steps=600` (E2E NLG then has 500 training instances; COPA has
-#    only 447 and the BIG-Bench-Hard tasks 225, once the `seen` instances are held out). Look for the number of distinct
+#    `sni.instances_per_task=500` and `train.total_steps=600` (E2E NLG then has 500 training instances; COPA and the
+#    BIG-Bench-Hard tasks have fewer than 500 left once the `seen` instances are held out, and give all they have:
+#    `Counter(load_sni(split="train", instances_per_task=500)[0]["task"])` counts them). Look for the number of distinct
 #    E2E outputs, and how many name their input's restaurant (`name_copy_share`, appendix) against a constant's share.
 # 3. **Sampling** (a minute after a run): load a fine-tuned run's `hf/` (Try it 2's: 09b's experiment deletes its runs'
 #    weights) with `load_model` and generate its E2E outputs
@@ -773,7 +776,8 @@ if one:
 # %% [markdown]
 # ### Loading the natural-instructions layout
 #
-# `seen` takes the first held-out instances (positions 9, 19, 29, … of a task file); `unseen` the first of a test task.
+# `seen` takes the first held-out instances (every 10th of a task file: the positions `i` with `i % 10 == 9`,
+# counting from 0); `unseen` the first of a test task.
 # A task's majority answer comes from its instances not evaluated (else its positive examples; where all answers
 # differ, as in E2E NLG, the first). Instances with empty outputs are skipped and **counted**; a missing or malformed
 # task file is an error naming it.

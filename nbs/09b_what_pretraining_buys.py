@@ -115,9 +115,10 @@ if controls:
 # 100, 80.0% by step 200 and 86.7% (26 of 30) at step 400; Rouge-L from 1.7 to 97.1 and rank accuracy from 60 to 100,
 # against majority baselines of 29.3, 26.7 and 60.0 on the same instances. The loss on them falls from 7.7 to 0.004
 # (right panel; the numbers are in `results/finetune_controls.json`), and the number of distinct outputs grows from 11
-# to 23 of 30. So the tokenization, prompt, loss, generation and scoring are right: the constant answers of 09's
-# annotated run (and the few, repeated answers of this lesson's experiment below) come from a small model that has not
-# learned the tasks from 10–100 examples each, not from a broken pipeline.
+# to 23 of 30. So tokenization, prompt, loss, generation and scoring work together well enough to learn and score
+# what the model is shown. A broken pipeline does not explain the constant answers of 09's annotated run (and the few,
+# repeated answers of this lesson's experiment below); a small model that has not learned the tasks from 10–100
+# examples each does.
 
 # %% [markdown]
 # ### (b) Does the output depend on the input?
@@ -220,14 +221,14 @@ if controls:
 # %% [markdown]
 # Pre-training buys held-out loss, steadily: the lowest held-out loss after fine-tuning falls from 6.310 ± 0.145 (random
 # init) to 5.835 ± 0.146 (step 500), 5.610 ± 0.026 (step 1,500) and 5.426 ± 0.037 (step 3,000), each step beyond the
-# seed spread (the 3 seeds' ranges do not overlap: the figure's points). It buys nothing visible in the generations: E2E
-# Rouge-L (18.5–24.1), seen exact match (16.2–20.4), rank accuracy (45–57, chance 50) and the name share (5–13%; a
-# single-name constant scores 12% on these 25 E2E instances, control (b) above) move within their seed spreads and show
-# no trend. Which gain does the transfer follow? Along one pre-training run both rise together, so four checkpoints
-# cannot separate them; but the first 500 steps give the largest drop in fine-tuned loss (0.48 nats) while `span_gain`
-# is still 0.003: that part of what pre-training buys is not span filling. More likely it is what `document_gain` and
-# the held-out loss also measure, the statistics of English text and of topics (a reading these four checkpoints
-# suggest, not one they isolate).
+# seed spread (the 3 seeds' ranges do not overlap: the figure's points). It buys nothing visible in the generations: the
+# means of E2E Rouge-L (18.5–24.1), seen exact match (16.2–20.4), rank accuracy (45.3–57.3, chance 50) and the name
+# share (5.3–13.3%; a single-name constant scores 12% on these 25 E2E instances, control (b) above) move within their
+# seed spreads, with no trend beyond them. Which gain does the transfer follow? Along one pre-training run both rise
+# together, so four checkpoints cannot separate them; but the largest drop in fine-tuned loss comes in the first 500
+# steps (6.310 to 5.835) while `span_gain` is still 0.003: that part of what pre-training buys comes before any
+# measurable span filling. It may be what `document_gain` and the held-out loss also measure, the statistics of
+# English text and of topics (a reading these four checkpoints suggest, not one they isolate).
 
 # %% [markdown]
 # ## The experiment: what does pre-training buy at CPU scale?
@@ -353,10 +354,11 @@ def plot_experiment(results: dict):
 # %% [markdown]
 # The experiment itself (`#| slow`; it needs the checkpoint that the slow cell of [05](05_pretraining.ipynb) writes to
 # `../runs/cpu-demo-notebook`). Every run: 200 steps of batch 8 whatever the training size (the same compute for all),
-# AdamW at a constant 1e-3 (the `sni` preset's 5e-5 is for a 250M-parameter model over 18,830 steps), dropout 0, bf16
-# autocast, prompts cut to 256 tokens and answers to 48; scored on 25 held-out instances of each training task and the
-# first 50 of each test task. 13.1 minutes for the 18 runs on 2 CPU cores; one cell per training size keeps each
-# under nbdev's 10-minute cell timeout.
+# AdamW at a constant 1e-3 (the `sni` preset's 5e-5 is nanoT5's rate for fine-tuning T5-Base, a 248M-parameter model,
+# on the full SNI; this 6.6M-parameter model gets only 200 steps), dropout 0, bf16 autocast, prompts cut to 256 tokens
+# and answers to 48; scored on 25 held-out instances of each training task and the first 50 of each test task. 13.1
+# minutes for the 18 runs on 2 CPU cores; one cell per training size keeps each under the cell timeout this project
+# gives nbdev (`cell_timeout = 600`, in seconds, in `pyproject.toml`).
 
 # %%
 #| slow
@@ -412,25 +414,28 @@ if RESULTS.exists():
 # **What the saved runs show** (3 seeds each; "beyond seed spread": the seeds' ranges do not overlap):
 #
 # - **A lower held-out loss, less of it the more fine-tuning data.** The pre-trained start's lowest held-out loss is
-#   lower than the random start's by 0.77 nats at 10 instances per task (5.413 ± 0.075 vs 6.184 ± 0.109) and 0.44 at
-#   30 (4.603 ± 0.040 vs 5.038 ± 0.047), both beyond the seed spread, and by 0.12 at 100 (3.887 ± 0.074 vs
+#   lower than the random start's by 0.771 nats at 10 instances per task (5.413 ± 0.075 vs 6.184 ± 0.109) and 0.435
+#   at 30 (4.603 ± 0.040 vs 5.038 ± 0.047), both beyond the seed spread, and by 0.124 at 100 (3.887 ± 0.074 vs
 #   4.011 ± 0.071), within it. Read the "lowest" row: at 10 per task the *final* held-out loss is no lower (6.701
-#   vs 6.666), since 200 steps of batch 8 over 60 examples (about 27 epochs) overfit past the minimum. Before
+#   vs 6.666). There 200 steps of batch 8 pass over the 60 training examples many times, and every run's held-out loss
+#   is lowest at its first evaluation after step 0 and rises after it: the runs overfit. Before
 #   fine-tuning the pre-trained model's held-out loss is 8.16 (step 0 of [09](09_finetuning.ipynb)'s annotated run), a random init's 9.45–9.50
 #   (step 0 of the random runs, in `results/sni_experiment.json`; the figure's right panel shows it at n = 100).
 # - **No better generations.** Most runs answer most instances of a task with one text (its most frequent E2E output
 #   covers 5–25 of the 25 instances, table above; 1–5 distinct E2E NLG outputs from the pre-trained runs, 1–13 from
 #   the random ones). So E2E Rouge-L (6–29 across runs) lands around the majority answer (18.3) and below copying the input
-#   (34.7). At 100 per task the pre-trained runs even score lower (10.2 ± 4.4 against 22.8 ± 6.2): the constants they settled on are short ("The Punter rating of 5 out
-#   of 5.", "The Wrestlers.") or another task's answer ("False"). Which constant is seed luck, not reading.
+#   (34.7). At 100 per task the pre-trained runs even score lower (10.2 ± 4.4 against 22.8 ± 6.2): the constants they
+#   settled on are short ("The Punter rating of 5 out of 5.", "The Wrestlers.") or another task's answer ("False").
+#   Which constant a run settles on changes with the seed; none of them reads its input (control (b)).
 # - **Classification at chance.** Rank accuracy on COPA and Boolean expressions is 44–49% for both starts (chance 50%;
-#   with 50 instances chance alone spreads by about ±7 points). On the unseen tasks rank accuracy is 46–52% against
-#   54% for the majority answer, and Rouge-L is 0.0 for every run.
+#   on 50 instances a coin's accuracy alone varies by several points). On the unseen tasks rank accuracy is 46–52%
+#   against 54% for the majority answer, and Rouge-L is 0.0 for every run.
 #
-# So at this scale — a 6.6M-parameter model pre-trained for 10 minutes on a 2.2M-token corpus (about 3 passes) —
-# pre-training buys a lower loss on new instances of the seen tasks, and nothing a generation metric can credit.
-# That is a statement about scale: T5-Base (250M parameters) pre-trained for 16 hours on C4 scores Rouge-L 40.7 on SNI's 119 unseen tasks, against
-# ≈ 10.2 from a random init (nanoT5 paper, arXiv 2309.02373). `nanot5-edu finetune --checkpoint runs/t5-base --data
+# So at this scale — a 6.6M-parameter model pre-trained for about 10 minutes, a few passes over the embedded corpus
+# (15,669 rows of 141 raw tokens: [05](05_pretraining.ipynb)) — pre-training buys a lower loss on new instances of the
+# seen tasks, and nothing a generation metric can credit. That is a statement about scale: T5-Base (248M parameters),
+# pre-trained by nanoT5 for about 16 hours on one GPU and fine-tuned on SNI, scores Rouge-L 40.7 on its test set of
+# 119 unseen tasks (nanoT5's README, "TLDR"). `nanot5-edu finetune --checkpoint runs/t5-base --data
 # natural-instructions` runs that setting on a GPU. The compute between the two pre-trainings:
 
 # %%
@@ -454,7 +459,7 @@ assert 1e4 < ratio < 1e5
 #
 # - Positive controls tell "too small" from "broken": the pipeline memorises 30 training instances (a setting where it
 #   must succeed), and the name-copy share, on which no constant answer beats the most frequent restaurant's share,
-#   shows that the small models do not read their input.
+#   shows no sign that the small models read their input.
 # - What pre-training buys is measured against the same architecture and tokenizer from a random init, at several
 #   fine-tuning sizes, over seeds; a difference counts only beyond the seed spread.
 # - At CPU scale it buys a lower held-out loss on new instances of the seen tasks, most with the least fine-tuning data
@@ -480,8 +485,10 @@ assert 1e4 < ratio < 1e5
 #    its *final* one is not lower. Why, and what is optimistic about reporting the lowest?
 # 7. Why does the pre-trained start's advantage in held-out loss shrink from 0.77 nats (10 per task) to 0.12 (100 per
 #    task)?
-# 8. Before fine-tuning, the demo model's held-out loss is 8.16 and a random init's 9.45–9.50; the demo never saw an
-#    SNI prompt. Where can 1.3 nats come from? Compare with $\ln 8{,}192 = 9.01$.
+# 8. Before fine-tuning, the demo model's held-out loss is 8.16 and a random init's 9.45–9.50 (step 0 of the runs in
+#    `results/sni_experiment.json`); the demo never saw an SNI prompt. Where can a gap of more than a nat come from?
+#    Compare with the loss of a uniform guess over the 8,192 ids, $\ln 8{,}192 = 9.01$ (printed in
+#    [03b](03b_t5_model.ipynb)).
 # 9. The held-out loss is lower, Rouge-L is not higher. How can both be true?
 # 10. At 100 instances per task the pre-trained runs score a lower E2E Rouge-L than the random ones (10.2 ± 4.4 against
 #     22.8 ± 6.2, beyond the seed spread). Does pre-training hurt here?

@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Exercises: checks against two oracles
-# > `EXERCISES`: one check per exercise of lessons 01–05 and 09; each compares a student's function with two independent references (`transformers`, the package or a hand computation) and names the first case that differs
+# > `EXERCISES`: one check per exercise of lessons 01–09; each compares a student's function with two independent references (`transformers`, the package or a hand computation) and names the first case that differs
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -12,7 +12,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 
 # %% [markdown]
 # This is a reference page, not a lesson. The exercise notebooks in the repository's `exercises/` folder (one per
-# lesson: 01–05 and 09) ask a student to write small functions; each has a check cell
+# lesson with exercises: 01–09, 02b, 03b and 07b) ask a student to write small functions; each has a check cell
 #
 # ```python
 # from nanot5_edu.exercises import EXERCISES
@@ -24,10 +24,10 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # still raises `NotImplementedError` gets "not implemented yet".
 #
 # **Two oracles.** Every expected value is computed twice, independently — by `transformers` (T5's bucket function,
-# `T5LayerNorm`, `T5DenseGatedActDense`), by `torch` (SDPA, `LinearLR` + `CosineAnnealingLR`), by `rouge_score`, or
-# by a hand computation in float64 — and by the package's own implementation from the lessons. The check first
-# asserts that the two agree, then compares the student's answer. A check therefore cannot silently drift from
-# either reference.
+# `T5LayerNorm`, `T5DenseGatedActDense`, `_shift_right`), by `torch` (SDPA, `LinearLR` + `CosineAnnealingLR`,
+# `FlopCounterMode`), by `rouge_score` or `hashlib`, or by a hand computation (in float64 where it computes) — and
+# by the package's own implementation from the lessons. The check first asserts that the two agree, then compares the
+# student's answer. A check therefore cannot silently drift from either reference.
 #
 # **Checks that can fail.** The cases of each check are ordered from the most specific rule to the broadest, so
 # the first case a mistake trips is the one whose hint names it. The course's tests (`tests/test_exercises.py`)
@@ -548,6 +548,77 @@ except AssertionError as e:
 
 
 # %% [markdown]
+# ## Lesson 02b: span batches
+#
+# Packing is checked against the package's `pack_token_rows` (documents with their EOS appended) and a second
+# computation that cuts the concatenated tokens with a tensor `view`; the cases are small enough to read.
+
+# %%
+#| export
+def _packed_by_view(token_lists: list[list[int]], raw_length: int, eos_id: int) -> list[list[int]]:
+    "Oracle 2: every document + EOS in one tensor, the whole rows viewed as [rows, raw_length]"
+    flat = torch.tensor([t for doc in token_lists for t in list(doc) + [eos_id]], dtype=torch.long)
+    rows = len(flat) // raw_length
+    return flat[:rows * raw_length].view(rows, raw_length).tolist()
+
+
+def _pack_oracles(token_lists, raw_length, eos_id):
+    from nanot5_edu.spans import pack_token_rows
+    return _agree("pack_documents", pack_token_rows([list(d) + [eos_id] for d in token_lists], raw_length),
+                  _packed_by_view(token_lists, raw_length, eos_id))
+
+
+def _pack_case(label, hint, token_lists, raw_length, eos_id=1):
+    expected = _pack_oracles(token_lists, raw_length, eos_id)
+    return Case(label, hint, _returns(expected, lambda fn: fn([list(d) for d in token_lists], raw_length, eos_id)))
+
+
+@exercise("pack_documents", "02b_span_batches",
+          "pack_documents(token_lists: list[list[int]], raw_length: int, eos_id: int) -> list[list[int]]",
+          "Pack tokenized documents into training rows the way nanoT5 does (lesson 02b's `pack_token_rows`): append "
+          "`eos_id` to every document, concatenate the documents in order, and cut the result into rows of exactly "
+          "`raw_length` tokens. The tokens left over after the last whole row are dropped: no padding, no short row. "
+          "Return the rows as lists of ints ([] when there is not enough for one row).")
+def _pack_cases():
+    yield _pack_case("one document [5, 6, 7, 8], raw_length=2", "cut only whole rows of raw_length: the remainder "
+                     "that does not fill a row is dropped (no padding, no short last row)", [[5, 6, 7, 8]], 2)
+    yield _pack_case("documents [5, 6] and [7, 8, 9], raw_length=3", "append eos_id after EVERY document (the "
+                     "last one too), then concatenate: [5, 6, EOS, 7, 8, 9, EOS]", [[5, 6], [7, 8, 9]], 3)
+    yield _pack_case("documents of 3 and 5 tokens, raw_length=3", "rows cross document boundaries: concatenate "
+                     "all documents first, then cut (a row may end one document and start the next)",
+                     [[5, 6, 7], [8, 9, 10, 11, 12]], 3)
+    yield _pack_case("8 tokens with their EOS, raw_length=4", "when the tokens fill whole rows exactly, the last "
+                     "row is kept (range(0, len(tokens) - raw_length + 1, raw_length))", [[5, 6, 7], [8, 9, 10]], 4)
+    yield _pack_case("documents [5, 6], [] and [7], raw_length=2", "an empty document still ends with eos_id: it "
+                     "contributes one token, [eos_id]", [[5, 6], [], [7]], 2)
+    yield _pack_case("no documents at all, raw_length=4", "no documents, or fewer tokens than one row: no rows, []",
+                     [], 4)
+    yield _pack_case("one document of 2 tokens, raw_length=8", "fewer tokens than one row: no rows, []", [[5, 6]], 8)
+    g = torch.Generator().manual_seed(0)
+    docs = [torch.randint(3, 500, (int(n),), generator=g).tolist() for n in torch.randint(0, 40, (25,), generator=g)]
+    yield _pack_case("25 random documents of 0 to 39 tokens, raw_length=16, eos_id=2", "the same rules on more "
+                     "documents; eos_id is an argument (not always 1)", docs, 16, eos_id=2)
+
+
+# %% [markdown]
+# Example: documents packed one by one, so that no row crosses a document boundary; the first two cases pass (one
+# document; two that happen to fill whole rows), the third does not.
+
+# %%
+def per_document_rows(token_lists, raw_length, eos_id):
+    rows = []
+    for doc in token_lists:
+        ids = list(doc) + [eos_id]
+        rows += [ids[i:i + raw_length] for i in range(0, len(ids) - raw_length + 1, raw_length)]
+    return rows
+
+try:
+    EXERCISES["pack_documents"].check(per_document_rows)
+except AssertionError as e:
+    print(e)
+
+
+# %% [markdown]
 # ## Lesson 03: T5 layers
 #
 # Oracles: `transformers`' `T5Attention._relative_position_bucket`, `T5LayerNorm` and `T5DenseGatedActDense` on
@@ -746,6 +817,286 @@ except AssertionError as e:
 # %%
 try:
     EXERCISES["gated_gelu_ff"].check(lambda x, wi_0, wi_1, wo: (F.gelu(x @ wi_0.T) * (x @ wi_1.T)) @ wo.T)
+except AssertionError as e:
+    print(e)
+
+
+# %% [markdown]
+# ## Lesson 03b: the T5 model
+#
+# `shift_right` is compared with the package's `shift_right` and `transformers`' `T5PreTrainedModel._shift_right`;
+# the masked position bias, below, with the package's `Stack.position_bias` and a loop over its entries.
+# The KV-cache step is compared with the package's `Attention` given the cache as `past`, and with a float64
+# computation that has no cache at all: causal attention over the whole sequence, recomputed from the hidden states
+# of every position, its last row taken.
+
+# %%
+#| export
+def _shift_oracles(labels, start, pad):
+    from types import SimpleNamespace
+    from nanot5_edu.model import shift_right
+    hf = _hf_t5().T5PreTrainedModel._shift_right(
+        SimpleNamespace(config=SimpleNamespace(decoder_start_token_id=start, pad_token_id=pad)), labels.clone())
+    return _agree("shift_right", shift_right(labels.clone(), start, pad), hf)
+
+
+def _judge_shift(labels, start, pad):
+    expected = _shift_oracles(labels, start, pad)
+
+    def judge(fn):
+        given = labels.clone()
+        got = fn(given, start, pad)
+        if not torch.equal(given, labels):
+            return ("your function changed `labels` in place (they are still needed for the loss): build a new "
+                    f"tensor. labels became {_fmt(given)}")
+        return first_difference(expected, got, check_dtype=True)
+    return judge
+
+
+@exercise("shift_right", "03b_t5_model",
+          "shift_right(labels: LongTensor, start_token_id: int, pad_token_id: int) -> LongTensor",
+          "T5's decoder inputs from the labels [B, T] (teacher forcing): prepend `start_token_id` to every row and "
+          "drop the last label, so decoder input t is label t - 1; labels of -100 (positions the loss leaves out) "
+          "become `pad_token_id`. Return a new tensor of the labels' shape and dtype; leave `labels` unchanged.")
+def _shift_cases():
+    t = lambda rows, dtype=torch.long: torch.tensor(rows, dtype=dtype)
+    for label, labels, start, pad, hint in [
+            ("labels [[5, 6, 7]], start 0, pad 0", t([[5, 6, 7]]), 0, 0,
+             "shift RIGHT by one: prepend start_token_id and drop the LAST label (decoder input t is label t - 1)"),
+            ("two rows, start_token_id=3", t([[5, 6, 7], [8, 9, 10]]), 3, 0,
+             "the first decoder input is start_token_id, the argument (T5's is 0, which is also its pad id)"),
+            ("labels with -100, start 0, pad 0", t([[5, -100, 7], [8, 9, -100]]), 0, 0,
+             "-100 labels become pad_token_id after the shift: the embedding has no row -100"),
+            ("labels with -100, start 0, pad_token_id=2", t([[5, -100, -100, 7]]), 0, 2,
+             "-100 becomes pad_token_id (not start_token_id, not 0)"),
+            ("labels [[4, -100, 6]] (must stay unchanged)", t([[4, -100, 6]]), 0, 0,
+             "return a new tensor: `labels` is still needed for the loss; do not change it in place"),
+            ("int32 labels", t([[5, 6, -100]], torch.int32), 0, 0,
+             "keep the labels' dtype: int32 in, int32 out (a start column made with torch.full is int64 unless "
+             "told otherwise; labels.new_full keeps the dtype)"),
+            ("one target position, [[-100], [9]]", t([[-100], [9]]), 0, 0,
+             "with one position per row the decoder input is just the start token"),
+            ("no rows: labels of shape (0, 4)", torch.zeros(0, 4, dtype=torch.long), 0, 0,
+             "an empty batch gives an empty result of the same shape (0, 4)")]:
+        yield Case(label, hint, _judge_shift(labels, start, pad))
+
+
+# %%
+#| export
+def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    return x.unflatten(-1, (heads, x.shape[-1] // heads)).transpose(1, 2)
+
+
+def _kv_step_inputs(B, H, D, d, t, seed, bias_scale=1.0):
+    "Hidden states of t + 1 positions, the weights, and the cached k/v of the first t positions"
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(B, t + 1, d, generator=g)
+    wq, wk, wv = (torch.randn(H * D, d, generator=g) / d ** 0.5 for _ in range(3))
+    wo = torch.randn(d, H * D, generator=g) / (H * D) ** 0.5
+    full_bias = torch.randn(1, H, t + 1, t + 1, generator=g) * bias_scale
+    return X, (wq, wk, wv, wo), full_bias
+
+
+def _kv_step_oracles(X, weights, full_bias, H):
+    "(output, k, v) of the new position: the package's Attention with `past`, and causal attention over all positions"
+    from nanot5_edu.layers import Attention, KV, ModelConfig
+    wq, wk, wv, wo = weights
+    t, d, D = X.shape[1] - 1, X.shape[2], wq.shape[0] // H
+    past_k, past_v = _split_heads(X[:, :t] @ wk.T, H), _split_heads(X[:, :t] @ wv.T, H)
+    bias = full_bias[:, :, t:, :].contiguous()
+    att = Attention(ModelConfig(d_model=d, d_kv=D, num_heads=H, dropout_rate=0.0))
+    with torch.no_grad():
+        for lin, w in zip((att.q, att.k, att.v, att.o), weights):
+            lin.weight.copy_(w)
+        out, kv = att(X[:, t:], bias, past=KV(past_k, past_v))
+    Xd = X.double()  # oracle 2: no cache, every position recomputed, float64
+    q, k, v = (_split_heads(Xd @ w.double().T, H) for w in (wq, wk, wv))
+    scores = q @ k.transpose(-1, -2) + full_bias.double()
+    scores = scores.masked_fill(torch.ones(t + 1, t + 1, dtype=torch.bool).triu(1), float("-inf"))
+    full = (scores.softmax(-1) @ v).transpose(1, 2).flatten(2) @ wo.double().T
+    tol = dict(atol=1e-5, rtol=1e-5)
+    expected = (_agree("kv_cache_step", out, full[:, t:].float(), **tol), _agree("kv_cache_step", kv.k, k.float(), **tol),
+                _agree("kv_cache_step", kv.v, v.float(), **tol))
+    return expected, (X[:, t:], *weights, past_k, past_v, bias)
+
+
+def _judge_kv_step(B, H, D, d, t, seed, bias_scale):
+    expected, args = _kv_step_oracles(*_kv_step_inputs(B, H, D, d, t, seed, bias_scale)[:3], H)
+
+    def judge(fn):
+        got = fn(*(a.clone() for a in args))
+        if not isinstance(got, (tuple, list)) or len(got) != 3:
+            return f"expected a tuple (output, k, v), got {type(got).__name__}"
+        for name, e, g in (("k", expected[1], got[1]), ("v", expected[2], got[2])):
+            if problem := first_difference(e, g, atol=1e-5, rtol=1e-4):
+                return (f"the returned cache {name} differs ({problem}): it grows by the new position, appended at "
+                        f"the END of the position axis (dim 2: the t cached positions, then the new one)")
+        if problem := first_difference(expected[0], got[0], atol=1e-5, rtol=1e-4):
+            return f"the output differs: {problem}"
+    return judge
+
+
+@exercise("kv_cache_step", "03b_t5_model",
+          "kv_cache_step(x: Tensor, wq: Tensor, wk: Tensor, wv: Tensor, wo: Tensor, past_k: Tensor, past_v: Tensor, "
+          "position_bias: Tensor) -> tuple[Tensor, Tensor, Tensor]",
+          "One decoding step of T5's self-attention with a KV cache. `x` [B, 1, d_model] is the new position's hidden "
+          "state; wq, wk, wv [H·D, d_model] and wo [d_model, H·D] are nn.Linear weights (no biases); past_k, past_v "
+          "[B, H, t, D] are the keys and values of the t positions decoded so far (t may be 0; H = past_k.shape[1]); "
+          "position_bias [1, H, 1, t + 1] is the new query's bias over all t + 1 keys. Project x to q, k and v, split "
+          "each into H heads of D, append the new k and v to the cache, attend (T5: softmax over the keys of "
+          "q kᵀ + position_bias, no 1/√D scale) and project the merged heads with wo. Return (output [B, 1, "
+          "d_model], k [B, H, t + 1, D], v [B, H, t + 1, D]).")
+def _kv_step_cases():
+    for label, t, bias_scale, hint in [
+            ("an empty cache (t = 0)", 0, 1.0,
+             "the new position attends to itself: append its k and v to the cache BEFORE attending (with an empty "
+             "cache its one key is itself, and the output is wo applied to its merged v)"),
+            ("3 cached positions, zero position bias", 3, 0.0,
+             "T5 does NOT scale the scores by 1/sqrt(D): softmax(q kᵀ) over the t + 1 keys"),
+            ("3 cached positions with a position bias", 3, 2.0,
+             "add position_bias to the scores before the softmax; its last column belongs to the new key (position "
+             "t), so the new k and v go at the end of the cache"),
+            ("7 cached positions, 3 rows, 4 heads", 7, 2.0, "the same step with more heads and a longer cache")]:
+        B, H = (3, 4) if t == 7 else (2, 2)
+        yield Case(label, hint, _judge_kv_step(B, H, 4, 6, t, seed=t, bias_scale=bias_scale))
+
+
+# %% [markdown]
+# The mask every block of a stack adds to its scores is compared with the package's `Stack.position_bias` (the
+# stack's own bias table, masked) and with a loop over every entry, asking of each whether its key is padding or
+# after the query; in fp32, bf16 and fp16.
+
+# %%
+#| export
+def _mask_bias_oracles(q_len, k_len, mask, causal, dtype, seed):
+    "(the unmasked bias [1, H, q_len, k_len] in fp32, the masked one in dtype) by the package's Stack and by a loop"
+    from nanot5_edu.layers import ModelConfig
+    from nanot5_edu.model import Stack
+    torch.manual_seed(seed)
+    stack = Stack(ModelConfig(vocab_size=8, d_model=8, d_kv=4, num_heads=2, relative_attention_num_buckets=8,
+                              relative_attention_max_distance=16), torch.nn.Embedding(8, 8), is_decoder=causal)
+    torch.nn.init.normal_(stack.relative_bias.weight, std=2.0)
+    offset = k_len - q_len  # the queries are the last q_len positions (a decoder continuing from a cache)
+    with torch.no_grad():
+        bias = stack.relative_bias(q_len, k_len, offset)
+        package = stack.position_bias(q_len, k_len, mask, offset, dtype)
+    value, B = torch.finfo(dtype).min / 2, 1 if mask is None else mask.shape[0]
+    loop = torch.empty(B, bias.shape[1], q_len, k_len, dtype=torch.float64)
+    for b in range(B):
+        for h in range(bias.shape[1]):
+            for i in range(q_len):
+                for j in range(k_len):
+                    hidden = (mask is not None and mask[b, j] == 0) or (causal and j > offset + i)
+                    loop[b, h, i, j] = value if hidden else float(bias[0, h, i, j])
+    return bias, _agree("mask_position_bias", package, loop.to(dtype))
+
+
+def _judge_mask_bias(q_len, k_len, mask, causal, dtype, seed=0):
+    bias, expected = _mask_bias_oracles(q_len, k_len, mask, causal, dtype, seed)
+    value = torch.finfo(dtype).min / 2
+
+    def judge(fn):
+        got = fn(bias.clone(), None if mask is None else mask.clone(), causal, dtype)
+        if not isinstance(got, torch.Tensor):
+            return f"expected a tensor, got {type(got).__name__}"
+        if tuple(got.shape) != tuple(expected.shape):
+            return f"expected shape {tuple(expected.shape)}, got {tuple(got.shape)}"
+        if got.dtype != dtype:
+            return f"expected dtype {dtype}, got {got.dtype}: return the result in `dtype`"
+        e, g = expected.double(), got.detach().double()
+        masked = e == value
+        where = lambda idx: f"batch row {idx[0]}, head {idx[1]}, query {idx[2]}, key {idx[3]}"
+        if (bad := masked & (g != e)).any():
+            idx = tuple(bad.nonzero()[0].tolist())
+            v = g[idx].item()
+            if v == float("-inf"):
+                return (f"at {where(idx)} (masked) got -inf: a masked entry must stay finite, "
+                        f"torch.finfo(dtype).min / 2 = {value:.6g} in {dtype}")
+            if v == torch.finfo(dtype).min:
+                return f"at {where(idx)} (masked) got torch.finfo(dtype).min: use half of it, {value:.6g}"
+            if v == float(bias[0, idx[1], idx[2], idx[3]].to(dtype)):
+                return f"at {where(idx)}: this entry should be masked, but it holds the bias {v:.6g}"
+            return f"at {where(idx)} (masked): expected {value:.6g}, got {v:.6g}"
+        if (bad := ~masked & (g != e)).any():
+            idx = tuple(bad.nonzero()[0].tolist())
+            return (f"at {where(idx)}: this entry is not masked (expected the bias, {e[idx].item():.6g}), got "
+                    f"{g[idx].item():.6g}")
+    return judge
+
+
+@exercise("mask_position_bias", "03b_t5_model",
+          "mask_position_bias(bias: Tensor, attention_mask: Tensor | None, causal: bool, dtype: torch.dtype) -> Tensor",
+          "What every block of a T5 stack adds to its attention scores (lesson 03b's `Stack.position_bias`): the "
+          "position bias `bias` [1, H, q_len, k_len] (fp32), masked. `attention_mask` [B, k_len] marks the keys "
+          "(1 = attend, 0 = padding) or is None; `causal` (the decoder's self-attention) hides from each query the "
+          "keys after it, where the queries are the LAST q_len of the k_len positions (query i sits at position "
+          "k_len - q_len + i). Every masked entry gets half the most negative value of `dtype`, torch.finfo(dtype)"
+          ".min / 2 (finite: a score added to it stays finite); return the result in `dtype`, of shape [B, H, q_len, "
+          "k_len] with a padding mask, else [1, H, q_len, k_len].")
+def _mask_bias_cases():
+    padded = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    for label, q_len, k_len, mask, causal, dtype, hint in [
+            ("causal, 4 queries and 4 keys, fp32", 4, 4, None, True, torch.float32,
+             "causal: query i sees keys 0 … i (a lower triangle, diagonal included); the keys after it get "
+             "torch.finfo(dtype).min / 2, finite: not -inf, and not finfo.min itself"),
+            ("causal, the last 3 of 6 positions (a cache of 3), fp32", 3, 6, None, True, torch.float32,
+             "the queries are the last q_len positions: query i sits at position k_len - q_len + i and sees keys "
+             "0 … k_len - q_len + i (torch.ones(q_len, k_len).tril(k_len - q_len))"),
+            ("padding mask [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], not causal, fp32", 5, 5, padded, False, torch.float32,
+             "padding hides KEYS: column j of every query of row b when attention_mask[b, j] == 0 (1 = attend); the "
+             "result has the batch's rows, [B, H, q_len, k_len]"),
+            ("causal and padded, fp32", 5, 5, padded, True, torch.float32,
+             "both masks at once: an entry is masked when its key is padding OR after its query"),
+            ("causal and padded, fp16", 5, 5, padded, True, torch.float16,
+             "the mask value is the dtype's own: torch.finfo(torch.float16).min / 2 = -32752 (float32's, cast to "
+             "fp16, becomes -inf); the result in fp16"),
+            ("causal and padded, bf16", 5, 5, padded, True, torch.bfloat16,
+             "in bf16: torch.finfo(torch.bfloat16).min / 2, and the result in bf16"),
+            ("no mask at all, fp16", 3, 4, None, False, torch.float16,
+             "nothing to mask: the bias itself, in dtype, of shape [1, H, q_len, k_len]"),
+            ("a row whose keys are all padding, fp32", 3, 3, torch.tensor([[0, 0, 0], [1, 1, 0]]), False,
+             torch.float32, "a row of padding only is masked everywhere, and stays finite")]:
+        yield Case(label, hint, _judge_mask_bias(q_len, k_len, mask, causal, dtype))
+
+
+# %% [markdown]
+# Examples: `shift_right` that forgets the -100 labels, a cache step with the usual 1/√D scale, and a mask of
+# -inf.
+
+# %%
+try:
+    EXERCISES["shift_right"].check(lambda labels, start, pad: torch.cat([labels.new_full((len(labels), 1), start),
+                                                                        labels[:, :-1]], 1))
+except AssertionError as e:
+    print(e)
+
+
+# %%
+def scaled_kv_step(x, wq, wk, wv, wo, past_k, past_v, position_bias):
+    H = past_k.shape[1]
+    heads = lambda w: x.matmul(w.T).unflatten(-1, (H, -1)).transpose(1, 2)
+    k, v = torch.cat([past_k, heads(wk)], 2), torch.cat([past_v, heads(wv)], 2)
+    q = heads(wq)
+    weights = (q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5 + position_bias).softmax(-1)
+    return (weights @ v).transpose(1, 2).flatten(2) @ wo.T, k, v
+
+try:
+    EXERCISES["kv_cache_step"].check(scaled_kv_step)
+except AssertionError as e:
+    print(e)
+
+
+# %%
+def minus_inf_mask(bias, attention_mask, causal, dtype):
+    q_len, k_len = bias.shape[-2:]
+    keep = torch.ones(q_len, k_len, dtype=torch.bool)
+    keep = keep.tril(k_len - q_len) if causal else keep
+    if attention_mask is not None:
+        keep = keep & attention_mask[:, None, None, :].bool()
+    return bias.masked_fill(~keep, float("-inf")).to(dtype)
+
+try:
+    EXERCISES["mask_position_bias"].check(minus_inf_mask)
 except AssertionError as e:
     print(e)
 
@@ -1071,6 +1422,601 @@ except AssertionError as e:
 
 
 # %% [markdown]
+# ## Lesson 06: streams
+#
+# Which rows come next is a function of the stream's state alone. Oracles: the package's `BatchStream` (with a
+# collator that returns the rows it is given, over rows numbered 0…n−1), moved to the state and asked for one
+# micro-batch; and a hand computation that lists every whole global micro-batch of the epoch's order and picks one.
+
+# %%
+#| export
+class _RowsAsTheyCome:
+    "A collator that returns the rows it is given (their numbers, since the rows are 0…n-1)"
+    def __call__(self, rows):
+        return rows
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+def _rows_by_stream(num_rows, micro_batch, seed, rank, world_size, epoch, position):
+    from nanot5_edu.stream import BatchStream
+    stream = BatchStream(torch.arange(num_rows), _RowsAsTheyCome(), micro_batch, seed, rank, world_size)
+    stream.load_state_dict({"epoch": epoch, "position": position, "collator": {}})
+    rows = next(stream).tolist()
+    return rows, stream.epoch, stream.position
+
+
+def _rows_by_hand(num_rows, micro_batch, seed, rank, world_size, epoch, position):
+    step = micro_batch * world_size
+    if position + step > num_rows:  # too few left for a global micro-batch: the next epoch
+        epoch, position = epoch + 1, 0
+    order = torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+    global_batches = [order[i:i + step] for i in range(0, num_rows - step + 1, step)]
+    mine = global_batches[position // step][rank * micro_batch:(rank + 1) * micro_batch]
+    return mine, epoch, position + step
+
+
+def _next_rows_case(label, hint, *state):
+    expected = _agree("next_rows", list(_rows_by_stream(*state)), list(_rows_by_hand(*state)))
+    return Case(label, hint, _returns(expected, lambda fn: list(fn(*state))))
+
+
+@exercise("next_rows", "06_streams",
+          "next_rows(num_rows: int, micro_batch: int, seed: int, rank: int, world_size: int, epoch: int, "
+          "position: int) -> tuple[list[int], int, int]",
+          "Which rows lesson 06's `BatchStream` gives process `rank` next, from its state (epoch, position) alone. "
+          "Epoch e visits the num_rows rows in the order torch.randperm(num_rows, generator=torch.Generator()"
+          ".manual_seed(seed + e)); `position` counts the rows of that order all processes have consumed. A global "
+          "micro-batch is the next micro_batch × world_size entries of the order, and process `rank` takes the "
+          "rank-th micro_batch of them. When fewer than a global micro-batch remain, the stream first moves to the "
+          "next epoch at position 0 (the leftover rows are skipped). Return (the row numbers this process takes, "
+          "the epoch, the position after this micro-batch).")
+def _next_rows_cases():
+    # state: num_rows, micro_batch, seed, rank, world_size, epoch, position
+    yield _next_rows_case("a fresh stream: 10 rows, micro_batch=3, seed=0", "epoch 0's order is torch.randperm("
+                          "num_rows, generator=torch.Generator().manual_seed(seed + epoch)); take its first "
+                          "micro_batch entries; position counts the rows consumed (0 → 3)", 10, 3, 0, 0, 1, 0, 0)
+    yield _next_rows_case("resumed at epoch 0, position 6", "a resumed stream goes on in the same order: the next "
+                          "rows are order[position : position + micro_batch]", 10, 3, 0, 0, 1, 0, 6)
+    yield _next_rows_case("resumed at epoch 2, position 3, seed=5", "every epoch has its own order, seeded with "
+                          "seed + epoch", 10, 3, 5, 0, 1, 2, 3)
+    yield _next_rows_case("epoch 0, position 9 of 10 rows", "when fewer than a global micro-batch remain, move to "
+                          "the next epoch (position 0, its order seeded with seed + epoch + 1) BEFORE taking rows: "
+                          "the leftover row is skipped, not returned as a short batch", 10, 3, 0, 0, 1, 0, 9)
+    yield _next_rows_case("epoch 0, position 6 of 9 rows (the last whole micro-batch)", "a micro-batch that ends "
+                          "exactly at the last row is still taken: move on only when position + micro_batch × "
+                          "world_size > num_rows", 9, 3, 0, 0, 1, 0, 6)
+    yield _next_rows_case("rank 0 of 2 processes, micro_batch=1, position 4", "position counts the rows of ALL "
+                          "processes: it advances by the whole global micro-batch, micro_batch × world_size",
+                          11, 1, 0, 0, 2, 0, 4)
+    yield _next_rows_case("rank 1 of 2 processes, micro_batch=2, position 4", "with world_size processes a global "
+                          "micro-batch is micro_batch × world_size rows: process rank takes order[position + "
+                          "rank·micro_batch : position + (rank + 1)·micro_batch]", 11, 2, 0, 1, 2, 0, 4)
+    yield _next_rows_case("rank 1 of 2 processes, position 8 of 11 rows", "the epoch ends when fewer than a GLOBAL "
+                          "micro-batch (micro_batch × world_size rows) remain", 11, 2, 3, 1, 2, 0, 8)
+
+
+# %% [markdown]
+# ## Lesson 07: FLOPs and memory
+#
+# `flops_per_step` is compared with the package's `flops_per_step` and with PyTorch's own count: `FlopCounterMode`
+# records every matmul and attention kernel of a forward pass of the package's `T5` on the `meta` device (shapes
+# only, no data: even T5-Base costs nothing), × 3 for the backward. The two agree exactly, so the check does too.
+# `training_state_bytes` is compared with the package's `estimate_memory` and with a count over the parameters and
+# the `nn.Linear` modules of the model itself, built on the `meta` device.
+
+# %%
+#| export
+def _model_config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=None, num_heads=4,
+                  buckets=8, max_distance=16):
+    from nanot5_edu.layers import ModelConfig
+    return ModelConfig(vocab_size=vocab_size, d_model=d_model, d_kv=d_kv, d_ff=d_ff, num_layers=num_layers,
+                       num_decoder_layers=num_decoder_layers, num_heads=num_heads,
+                       relative_attention_num_buckets=buckets, relative_attention_max_distance=max_distance)
+
+
+def _meta_t5(config):
+    from nanot5_edu.model import T5
+    with torch.device("meta"):
+        return T5(config)
+
+
+def _counted_flops(config, batch_size, inputs_length, targets_length) -> float:
+    "Oracle 2: FlopCounterMode over one forward pass of the model (shapes only, on `meta`), × 3 for the backward"
+    from torch.utils.flop_counter import FlopCounterMode
+    model = _meta_t5(config)
+    with torch.device("meta"):
+        ids = torch.zeros(batch_size, inputs_length, dtype=torch.long)
+        labels = torch.zeros(batch_size, targets_length, dtype=torch.long)
+    with FlopCounterMode(display=False) as counter:
+        model(ids, labels=labels)
+    return 3.0 * counter.get_total_flops()
+
+
+def _judge_flops(config, shape):
+    from dataclasses import replace
+    from nanot5_edu.config import flops_per_step
+    expected = _agree("flops_per_step", float(flops_per_step(config, *shape)), _counted_flops(config, *shape),
+                      rtol=1e-12)
+
+    def judge(fn):
+        got = fn(replace(config), *shape)
+        if problem := first_difference(expected, got, rtol=1e-9):
+            ratio = got / expected if isinstance(got, (int, float)) else float("nan")
+            notes = {1 / 3: " (exactly 1/3: the forward pass only?)", 1 / 2: " (exactly 1/2: multiply-adds, not FLOPs?)",
+                     1 / 6: " (exactly 1/6: multiply-adds of the forward pass only?)"}
+            note = next((n for r, n in notes.items() if math.isclose(ratio, r, rel_tol=1e-9)), "")
+            return f"{problem}: {ratio:.4g}× the count{note}"
+    return judge
+
+
+@exercise("flops_per_step", "07_config",
+          "flops_per_step(config, batch_size: int, inputs_length: int, targets_length: int) -> float",
+          "Training FLOPs of one step of T5 span corruption, counted as lesson 07 counts them (`config` is a "
+          "ModelConfig). Every matmul costs 2 FLOPs per multiply-add, and a step is 3 × the forward pass (backward ≈ "
+          "2 × forward). With inner = num_heads · d_kv: each of the num_layers encoder layers runs q, k, v, o (d_model "
+          "× inner each) and the gated feed-forward (wi_0, wi_1, wo: d_model × d_ff each) over the B·L_in encoder "
+          "tokens, and the attention products q kᵀ and weights · v (B · L_in² · inner multiply-adds each). Each of the "
+          "num_decoder_layers decoder layers runs self-attention (products B · L_t² · inner each) and the "
+          "feed-forward over the B·L_t decoder tokens, and cross-attention: q and o over the decoder tokens, k and v "
+          "over the encoder tokens, products B · L_t · L_in · inner each. Then the LM head, d_model × vocab_size over "
+          "the decoder tokens. Nothing else (embeddings, norms, softmax) counts.")
+def _flops_cases():
+    yield Case("2 + 2 layers, num_heads · d_kv = d_model, 12 → 12 tokens", "count every matmul of the task — the q, "
+               "k, v, o projections, the feed-forward, the attention products q kᵀ and weights · v, and the LM head "
+               "— at 2 FLOPs per multiply-add, × 3 for forward + backward",
+               _judge_flops(_model_config(), (2, 12, 12)))
+    yield Case("num_heads · d_kv = 48 ≠ d_model = 24", "attention's projections are d_model × inner with inner = "
+               "num_heads · d_kv (48 here), not d_model × d_model; the products run over inner too",
+               _judge_flops(_model_config(vocab_size=100, d_model=24, d_kv=16, d_ff=40, num_heads=3), (2, 12, 12)))
+    yield Case("1 encoder layer, 3 decoder layers", "the decoder has num_decoder_layers layers, not num_layers",
+               _judge_flops(_model_config(num_layers=1, num_decoder_layers=3), (2, 12, 12)))
+    yield Case("20 encoder tokens → 7 decoder tokens", "cross-attention's k and v project the encoder output: "
+               "over the encoder's B·L_in tokens, not the decoder's; its products are L_t × L_in per row",
+               _judge_flops(_model_config(vocab_size=100, d_model=24, d_kv=16, d_ff=40, num_layers=1,
+                                          num_decoder_layers=3, num_heads=3), (3, 20, 7)))
+    yield Case("nanoT5's step: T5-Base, batch 128, 512 → 114 tokens", "lesson 07's anchor: 54.5 TFLOP",
+               _judge_flops(_model_config(32128, 768, 64, 2048, 12, None, 12, 32, 128), (128, 512, 114)))
+
+
+# %%
+#| export
+def _state_bytes_estimate(config, optimizer: str, precision: str) -> int:
+    from nanot5_edu.config import Config, OptimConfig, TrainConfig, estimate_memory
+    m = estimate_memory(Config(model=config, optim=OptimConfig(name=optimizer), train=TrainConfig(precision=precision)))
+    return m["weights"] + m["gradients"] + m["optimizer_state"] + m["weight_copies_16bit"]
+
+
+def _state_bytes_by_module(config, optimizer: str, precision: str) -> int:
+    "Oracle 2: the model's own parameters and nn.Linear weights, counted on the meta device"
+    model = _meta_t5(config)
+    params = sum(p.numel() for p in model.parameters())
+    copies = 0 if precision == "fp32" else sum(
+        mod.weight.numel() for name, mod in model.named_modules()
+        if isinstance(mod, torch.nn.Linear) and not (precision == "fp16" and name.endswith(".wo")))
+    return params * (4 + 4 + {"adamw": 8, "adamwscale": 8, "adafactor": 4}[optimizer]) + 2 * copies
+
+
+def _state_bytes_case(label, hint, config, optimizer, precision):
+    from dataclasses import replace
+    expected = _agree("training_state_bytes", _state_bytes_estimate(config, optimizer, precision),
+                      _state_bytes_by_module(config, optimizer, precision))
+
+    def judge(fn):
+        got = fn(replace(config), optimizer, precision)
+        if problem := first_difference(expected, got):
+            diff = f" ({got - expected:+,} bytes)" if isinstance(got, (int, float)) else ""
+            return f"{problem}{diff}"
+    return Case(label, hint, judge)
+
+
+@exercise("training_state_bytes", "07_config",
+          "training_state_bytes(config, optimizer: str, precision: str) -> int",
+          "The bytes a training step holds for the model's state, before any activation, as lesson 07's "
+          "`estimate_memory` counts them, for the T5 v1.1 (untied head) that `config` (a ModelConfig) describes. Its "
+          "parameters: the shared embedding and the LM head (vocab_size × d_model each); per encoder layer an "
+          "attention (q, k, v, o: d_model × inner each, inner = num_heads · d_kv), a feed-forward (wi_0, wi_1, wo: "
+          "d_model × d_ff each) and 2 RMSNorms (d_model each); per decoder layer two attentions (self and cross), a "
+          "feed-forward and 3 RMSNorms; a final RMSNorm and a position-bias table (relative_attention_num_buckets × "
+          "num_heads) per stack. Every parameter has an fp32 weight (4 bytes) and gradient (4); `optimizer` 'adamw' "
+          "or 'adamwscale' keeps two fp32 moments (8), 'adafactor' at most 4. Under `precision` 'bf16' or 'fp16' "
+          "autocast adds a 2-byte copy of every matmul weight (attention, feed-forward, LM head: not the embedding, "
+          "norms or bias tables), except under 'fp16' the feed-forward's wo, which runs in fp32; 'fp32' adds none. "
+          "Return the total as an int.")
+def _state_bytes_cases():
+    small = _model_config()
+    yield _state_bytes_case("fp32, adamw, 2 + 2 layers", "fp32 with AdamW: 4 (weight) + 4 (gradient) + 8 (two "
+                            "moments) = 16 bytes per parameter, and every parameter counted: embedding, LM head, "
+                            "attentions, feed-forwards, the RMSNorm weights and both position-bias tables",
+                            small, "adamw", "fp32")
+    yield _state_bytes_case("fp32, adafactor", "'adafactor': 4 bytes of optimizer state per parameter (the lesson's "
+                            "bound), so 12 in all", small, "adafactor", "fp32")
+    yield _state_bytes_case("bf16, adamwscale", "bf16 autocast keeps the fp32 weights (and fp32 gradients and "
+                            "moments) and adds a 2-byte copy of each matmul weight: attention q, k, v, o, the "
+                            "feed-forward and the LM head — NOT the embedding (looked up, not multiplied)",
+                            small, "adamwscale", "bf16")
+    yield _state_bytes_case("fp16, adamwscale", "under fp16 the feed-forward's wo runs in fp32: no 16-bit copy of "
+                            "wo (the other matmul weights have one, as under bf16)", small, "adamwscale", "fp16")
+    yield _state_bytes_case("bf16, 1 encoder and 3 decoder layers, inner ≠ d_model", "the decoder has "
+                            "num_decoder_layers layers, each with two attentions (self and cross), a feed-forward "
+                            "and three RMSNorms; attention weights are d_model × num_heads · d_kv",
+                            _model_config(100, 24, 16, 40, 1, 3, 3), "adamw", "bf16")
+    yield _state_bytes_case("T5-Base, bf16, adamwscale", "T5-Base has 247,577,856 parameters",
+                            _model_config(32128, 768, 64, 2048, 12, None, 12, 32, 128), "adamwscale", "bf16")
+
+
+# %% [markdown]
+# Examples: a step that moves to the next epoch only once the order has run out (a short last batch), and the
+# bytes of a bf16 run counted as if its weights were 16-bit.
+
+# %%
+def short_last_batch(num_rows, micro_batch, seed, rank, world_size, epoch, position):
+    if position >= num_rows:
+        epoch, position = epoch + 1, 0
+    order = torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+    start = position + rank * micro_batch
+    return order[start:start + micro_batch], epoch, position + micro_batch * world_size
+
+try:
+    EXERCISES["next_rows"].check(short_last_batch)
+except AssertionError as e:
+    print(e)
+
+
+# %%
+def bf16_weights(config, optimizer, precision):
+    d, inner, f, V = config.d_model, config.num_heads * config.d_kv, config.d_ff, config.vocab_size
+    params = (2 * V * d + config.num_layers * (4 * d * inner + 3 * d * f + 2 * d)
+              + config.num_decoder_layers * (8 * d * inner + 3 * d * f + 3 * d)
+              + 2 * d + 2 * config.relative_attention_num_buckets * config.num_heads)
+    weight = 4 if precision == "fp32" else 2  # the mistake: mixed precision keeps fp32 master weights
+    return params * (weight + 4 + (4 if optimizer == "adafactor" else 8))
+
+try:
+    EXERCISES["training_state_bytes"].check(bf16_weights)
+except AssertionError as e:
+    print(e)
+
+
+# %% [markdown]
+# ## Lesson 07b: checkpoints
+#
+# `atomic_write` is given a writer object to call with the open file, as lesson 07b's `_write_file` is. The writer
+# writes known chunks, or fails after a few of them (as a full disk does: `OSError` ENOSPC), or arms a crash just
+# before the rename (`os.replace` and `os.rename` raise once, in the process where the writer runs: the student's).
+# The check then looks at the directory: what sits under the final name, whether a temporary file was left, and
+# whether a reader that had the old file open still reads it whole (a file written in place, or copied over,
+# changes under its readers; a file renamed over it does not). The record's oracles are `hashlib` on the bytes the
+# writer wrote and the package's `_write_file` on a file of its own. `checkpoint_problem` is compared with the
+# package's `checkpoint_problem` and with a check by hand (`hashlib`), on checkpoint directories the check writes
+# and damages.
+
+# %%
+#| export
+class _Writer:
+    """What `atomic_write` is given: called with the open file, it writes `chunks`; `fail_after`: raise OSError
+    (ENOSPC) after that many chunks; `crash_at_rename`: arm a crash of the next os.replace / os.rename"""
+
+    def __init__(self, chunks: list[bytes], fail_after: int | None = None, crash_at_rename: bool = False):
+        self.chunks, self.fail_after, self.crash_at_rename = chunks, fail_after, crash_at_rename
+        self._saved = None
+
+    def __call__(self, f):
+        import errno, os
+        for i, chunk in enumerate(self.chunks):
+            if i == self.fail_after:
+                raise OSError(errno.ENOSPC, "No space left on device (a simulated full disk)")
+            f.write(chunk)
+        if self.crash_at_rename:
+            self._saved = (os.replace, os.rename)
+            os.replace = os.rename = self._crash
+
+    def _crash(self, *args, **kwargs):
+        self.disarm()
+        raise OSError("simulated crash between the write and the rename (the machine died here)")
+
+    def disarm(self):
+        import os
+        if self._saved is not None:
+            os.replace, os.rename = self._saved
+            self._saved = None
+
+
+def _write_record(chunks: list[bytes]) -> dict:
+    "The record of these bytes, twice: hashlib by hand, and the package's `_write_file` on a scratch file"
+    import hashlib
+    from pathlib import Path
+    from nanot5_edu.checkpoint import _write_file
+    data = b"".join(chunks)
+    with tempfile.TemporaryDirectory() as scratch:
+        package = _write_file(Path(scratch) / "f", _Writer(chunks))
+    return _agree("atomic_write", {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}, package)
+
+
+def _judge_atomic(chunks, old: bytes | None = None, fail_after=None, crash_at_rename=False):
+    import hashlib, os, shutil
+    expected = _write_record(chunks)
+    fails = fail_after is not None or crash_at_rename
+
+    def judge(fn):
+        root = tempfile.mkdtemp(prefix="nanot5_exercise_ckpt")
+        path, reader, writer = os.path.join(root, "model.safetensors"), None, _Writer(chunks, fail_after, crash_at_rename)
+        try:
+            if old is not None:
+                with open(path, "wb") as f:
+                    f.write(old)
+                reader = open(path, "rb")  # a reader of the old checkpoint, open across the write
+            try:
+                got, raised = fn(path, writer), None
+            except NotImplementedError:
+                raise
+            except Exception as e:  # noqa: BLE001 (a failed write must raise: which exception is the writer's)
+                got, raised = None, e
+            finally:
+                writer.disarm()  # the crash, if armed and never reached, disarmed (here: the check's own process)
+            now = open(path, "rb").read() if os.path.exists(path) else None
+            left = sorted(set(os.listdir(root)) - {"model.safetensors"})
+            before = "nothing" if old is None else "the old file"
+            if fails:
+                if raised is None and crash_at_rename:
+                    return (f"a crash was armed for the rename, but your function returned {_fmt(got)} without it "
+                            "coming: it did not os.replace (or os.rename) a temporary file onto the path")
+                if raised is None:
+                    return (f"the write failed (a full disk) but your function returned {_fmt(got)}: re-raise the "
+                            "error, do not report success")
+                if now != old:
+                    holds = "nothing" if now is None else f"{len(now)} bytes"
+                    return (f"after a failed write, the path holds {holds} instead of {before}: write under a "
+                            "temporary name, and os.replace it onto the path only once it is complete")
+            elif raised is not None:
+                raise raised
+            if left:
+                return f"files left in the directory besides the checkpoint: {left} (remove the temporary file)"
+            if fails:
+                return None
+            if now is None or hashlib.sha256(now).hexdigest() != expected["sha256"]:
+                return f"the file at the path does not hold the bytes `write` wrote ({0 if now is None else len(now)} bytes)"
+            if reader is not None and reader.read() != old:
+                return ("a reader that had the old file open no longer reads it whole: the new file was written into "
+                        "the old one (in place, or copied over it); write a new file and os.replace it onto the path")
+            if not isinstance(got, dict) or set(got) != {"bytes", "sha256"}:
+                return f"expected a dict with keys 'bytes' and 'sha256', got {_fmt(got)}"
+            return first_difference([expected["bytes"], expected["sha256"]], [got["bytes"], got["sha256"]])
+        finally:
+            if reader is not None:
+                reader.close()
+            shutil.rmtree(root, ignore_errors=True)
+    return judge
+
+
+@exercise("atomic_write", "07b_checkpoints", "atomic_write(path: str, write) -> dict",
+          "Write one checkpoint file so that a crash never leaves part of it under its name (lesson 07b): open a "
+          "temporary file in the same directory (e.g. path + '.tmp') for binary writing, call `write(f)` with it, "
+          "flush it and os.fsync it, then os.replace it onto `path` (atomic: `path` then holds the old file or the "
+          "complete new one, never part of either). If anything fails before the rename is done, remove the "
+          "temporary file and re-raise: `path` keeps what it held. Return the record lesson 07b keeps in "
+          "trainer_state.json: {'bytes': the number of bytes written, 'sha256': their sha256 hex digest}.")
+def _atomic_cases():
+    g = torch.Generator().manual_seed(0)
+    blob = lambda n: bytes(torch.randint(0, 256, (n,), generator=g, dtype=torch.uint8).tolist())
+    new, old = [blob(3000), blob(5000), blob(10)], blob(4000)
+    yield Case("a new file, three chunks", "return {'bytes': n, 'sha256': hexdigest} of the bytes written (hash "
+               "them as they are written, or read the file back only after flushing it), and leave them at path",
+               _judge_atomic(new))
+    yield Case("a full disk after the first chunk, no earlier file", "a write that fails leaves nothing under path: "
+               "write to a temporary name, remove it when anything fails, and re-raise the error",
+               _judge_atomic(new, fail_after=1))
+    yield Case("a crash just before the rename, an earlier checkpoint at path", "the rename is the commit: until "
+               "os.replace(temporary, path) succeeds, path holds the old file (no copying into it); on failure "
+               "remove the temporary file and re-raise", _judge_atomic(new, old=old, crash_at_rename=True))
+    yield Case("a full disk after two chunks, an earlier checkpoint at path", "the old checkpoint survives a failed "
+               "write untouched", _judge_atomic(new, old=old, fail_after=2))
+    yield Case("a new checkpoint over an earlier one, which a reader has open", "replace the file, do not write "
+               "into it: a reader of the old checkpoint still reads all of it", _judge_atomic(new, old=old))
+    yield Case("an empty write (0 bytes)", "writing nothing still makes a file: {'bytes': 0, 'sha256': "
+               "sha256(b'').hexdigest()}", _judge_atomic([], old=old))
+
+
+# %%
+#| export
+def _checkpoint_dir(files: dict[str, bytes], damage: str | None = None, target: str | None = None) -> str:
+    "A checkpoint directory with trainer_state.json's record of `files`; then `damage` done to file `target`"
+    import hashlib, json, os
+    root = tempfile.mkdtemp(prefix="nanot5_exercise_ckpt")
+    for name, data in files.items():
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(data)
+    record = {name: {"bytes": len(d), "sha256": hashlib.sha256(d).hexdigest()} for name, d in files.items()}
+    state = json.dumps({"step": 100, "world_size": 1, "files": record}, indent=1)
+    with open(os.path.join(root, "trainer_state.json"), "w") as f:
+        f.write(state[:len(state) // 2] if damage == "bad_json" else state)
+    path = os.path.join(root, target or "")
+    if damage == "missing":
+        os.remove(path)
+    elif damage == "short":
+        with open(path, "r+b") as f:
+            f.truncate(len(files[target]) // 2)
+    elif damage == "changed":
+        data = bytearray(files[target])
+        data[len(data) // 2] ^= 0xFF
+        with open(path, "wb") as f:
+            f.write(bytes(data))
+    elif damage == "no_state":
+        os.remove(os.path.join(root, "trainer_state.json"))
+    return root
+
+
+def _problem_by_hand(root: str) -> str | None:
+    "Oracle 2: the name of the first damaged file (or trainer_state.json), or None"
+    import hashlib, json, os
+    try:
+        with open(os.path.join(root, "trainer_state.json")) as f:
+            files = json.load(f).get("files", {})
+    except (OSError, ValueError):
+        return "trainer_state.json"
+    for name, want in files.items():
+        path = os.path.join(root, name)
+        if (not os.path.exists(path) or os.path.getsize(path) != want["bytes"]
+                or hashlib.sha256(open(path, "rb").read()).hexdigest() != want["sha256"]):
+            return name
+    return None
+
+
+def _judge_checkpoint(files, damage=None, target=None):
+    import shutil
+    from pathlib import Path
+    from nanot5_edu.checkpoint import checkpoint_problem
+    root = _checkpoint_dir(files, damage, target)
+    try:
+        package = checkpoint_problem(Path(root))
+        named = None if package is None else next((n for n in [*files, "trainer_state.json"] if n in package), "?")
+        expected = _agree("checkpoint_problem", named, _problem_by_hand(root))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    def judge(fn):
+        root = _checkpoint_dir(files, damage, target)
+        try:
+            got = fn(root)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        if expected is None:
+            return None if got is None else f"expected None (the checkpoint is intact), got {_fmt(got)}"
+        if not isinstance(got, str) or expected not in got:
+            return f"expected a sentence naming {expected!r}, got {_fmt(got)}"
+    return judge
+
+
+@exercise("checkpoint_problem", "07b_checkpoints", "checkpoint_problem(directory: str) -> str | None",
+          "Check a checkpoint directory against the record in its trainer_state.json (lesson 07b), a JSON object "
+          "whose 'files' maps each file's name to {'bytes': its size, 'sha256': its sha256 hex digest}. Return None "
+          "when every listed file exists with that size and that sha256; otherwise a sentence about the first file "
+          "that is missing, of another size (cut short) or changed (another sha256), containing its name. A "
+          "trainer_state.json that is missing or not valid JSON is a problem too: return a sentence naming "
+          "trainer_state.json. Never raise for a damaged checkpoint: it is reported, so a run can fall back to the "
+          "one before.")
+def _checkpoint_cases():
+    g = torch.Generator().manual_seed(1)
+    blob = lambda n: bytes(torch.randint(0, 256, (n,), generator=g, dtype=torch.uint8).tolist())
+    files = {"model.safetensors": blob(6000), "state.pt": blob(3000), "process_0.pt": blob(500)}
+    for label, damage, target, hint in [
+            ("an intact checkpoint", None, None, "every file as recorded: return None"),
+            ("state.pt deleted", "missing", "state.pt", "a file in the record that is not there is a problem to "
+             "report (a sentence naming it), not a FileNotFoundError"),
+            ("model.safetensors cut to half its size", "short", "model.safetensors", "compare each file's size with "
+             "its record's 'bytes' (a copy cut off halfway)"),
+            ("one byte of process_0.pt changed (same size)", "changed", "process_0.pt", "a file of the right size can "
+             "still be changed: compare its sha256 with the record's too"),
+            ("trainer_state.json cut off halfway (not valid JSON)", "bad_json", None, "an unreadable "
+             "trainer_state.json is reported (a sentence naming trainer_state.json), not raised"),
+            ("no trainer_state.json", "no_state", None, "a missing trainer_state.json is reported too")]:
+        yield Case(label, hint, _judge_checkpoint(files, damage, target))
+    yield Case("a record that lists no files", "nothing listed, nothing to check: None", _judge_checkpoint({}))
+
+
+# %% [markdown]
+# Example: a checkpoint written straight under its name, which a full disk leaves half-written.
+
+# %%
+def in_place(path, write):
+    import hashlib
+    with open(path, "wb") as f:
+        write(f)
+    data = open(path, "rb").read()
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+try:
+    EXERCISES["atomic_write"].check(in_place)
+except AssertionError as e:
+    print(e)
+
+
+# %% [markdown]
+# ## Lesson 08: the training loop
+#
+# The NaN guard's step is compared with the package's `LogWindow.stop_on_nan` (the step its `TrainingError`
+# names) and with a hand count that walks the window's micro-batch losses step by step.
+
+# %%
+#| export
+def _nan_step_by_window(losses, step, grad_acc, checked):
+    import re
+    from nanot5_edu.config import TrainingError
+    from nanot5_edu.train import LogWindow
+    window = LogWindow()
+    window.losses, window.checked = [torch.tensor(float(x)) for x in losses], checked
+    with tempfile.TemporaryDirectory() as run_dir:
+        try:
+            window.stop_on_nan(step, grad_acc, run_dir)
+        except TrainingError as e:
+            return int(re.search(r"at step (\d+)", str(e)).group(1))
+    return None
+
+
+def _nan_step_by_hand(losses, step, grad_acc, checked):
+    first_step = step - len(losses) // grad_acc + 1  # the window's first optimizer step
+    for i in range(checked, len(losses)):
+        if not math.isfinite(losses[i]):
+            return first_step + i // grad_acc
+    return None
+
+
+def _nan_case(label, hint, losses, step, grad_acc, checked=0):
+    expected = _agree("nan_step", _nan_step_by_window(losses, step, grad_acc, checked),
+                      _nan_step_by_hand(losses, step, grad_acc, checked))
+    return Case(label, hint, _returns(expected, lambda fn: fn(list(losses), step, grad_acc, checked)))
+
+
+@exercise("nan_step", "08_real_runs", "nan_step(losses: list[float], step: int, grad_acc: int, checked: int) -> int | None",
+          "The NaN guard of lesson 08's logging window: `losses` are the window's micro-batch losses in order, "
+          "`grad_acc` per optimizer step, the last `grad_acc` of them from optimizer step `step` (steps count from "
+          "1; the window holds whole steps). The first `checked` were checked before. Return the optimizer step that "
+          "produced the first non-finite loss (nan, inf or -inf) among the unchecked ones, or None when they are all "
+          "finite.")
+def _nan_cases():
+    nan, inf = float("nan"), float("inf")
+    yield _nan_case("grad_acc=1, step 10, a window of 4 losses, nan third", "the window's first loss is from step "
+                    "step - len(losses) / grad_acc + 1 (here 7): the window ends at `step`, it does not start "
+                    "there", [2.1, 2.0, nan, 1.9], 10, 1)
+    yield _nan_case("grad_acc=4, step 6, 12 losses, nan sixth", "grad_acc losses per optimizer step: loss i is "
+                    "from step first_step + i // grad_acc (count steps, not micro-batches)",
+                    [2.0] * 5 + [nan] + [2.0] * 6, 6, 4)
+    yield _nan_case("grad_acc=2, step 3, an inf loss", "inf and -inf stop the run too: test with math.isfinite "
+                    "(or torch.isfinite), not isnan", [2.0, 2.0, inf, 2.0, 2.0, 2.0], 3, 2)
+    yield _nan_case("grad_acc=2, step 3, a -inf loss", "-inf is not finite either", [2.0, -inf, 2.0, 2.0, 2.0, 2.0],
+                    3, 2)
+    yield _nan_case("grad_acc=1, step 5, nan at losses 2 and 4", "report the FIRST non-finite loss (the step that "
+                    "first went wrong)", [2.0, nan, 2.0, nan, 2.0], 5, 1)
+    yield _nan_case("grad_acc=4, step 9, 12 losses of which 8 checked, nan at loss 10", "`checked` only says where "
+                    "to start looking: loss i of the window is still from step first_step + i // grad_acc, i counted "
+                    "from the window's start, not from the first unchecked loss",
+                    [2.0] * 9 + [nan] + [2.0] * 2, 9, 4, checked=8)
+    yield _nan_case("grad_acc=2, step 4, all finite", "every loss finite: None", [2.0, 1.5, 1.7, 1.2], 4, 2)
+    yield _nan_case("one unchecked loss, nan", "a window of one step, its last loss unchecked",
+                    [2.0, 2.0, nan], 8, 3, checked=2)
+
+
+# %% [markdown]
+# Example: the guard counted in micro-batches, not in optimizer steps.
+
+# %%
+def micro_batch_steps(losses, step, grad_acc, checked):
+    for i in range(checked, len(losses)):
+        if not math.isfinite(losses[i]):
+            return step - len(losses) + 1 + i
+    return None
+
+try:
+    EXERCISES["nan_step"].check(micro_batch_steps)
+except AssertionError as e:
+    print(e)
+
+
+# %% [markdown]
 # ## Lesson 09: fine-tuning metrics
 #
 # Rouge-L is checked against the `rouge_score` package (stemming off) and the package's `rouge_l` (stemming on:
@@ -1332,9 +2278,141 @@ def _hidden_exact_match_cases(seed: int):
                    _returns(expected, lambda fn, pred=pred, refs=refs: fn(pred, list(refs))))
 
 
+
+@hidden_cases("pack_documents")
+def _hidden_pack_cases(seed: int):
+    rng = random.Random(seed)
+    for _ in range(3):
+        docs = [[rng.randint(3, 999) for _ in range(rng.choice([0, 1, 2, 5, 13, 40]))] for _ in range(rng.randint(0, 12))]
+        raw_length, eos = rng.choice([1, 3, 7, 16, 50]), rng.choice([1, 2])
+        yield _pack_case(f"hidden: {len(docs)} documents, raw_length={raw_length}, eos_id={eos}",
+                         "EOS after every document, concatenate, whole rows only", docs, raw_length, eos)
+
+
+@hidden_cases("shift_right")
+def _hidden_shift_cases(seed: int):
+    g, rng = torch.Generator().manual_seed(seed), random.Random(seed)
+    for _ in range(3):
+        B, T = rng.randint(1, 4), rng.randint(1, 9)
+        labels = torch.randint(2, 300, (B, T), generator=g)
+        for row in range(B):
+            labels[row, rng.randint(1, T):] = -100
+        start, pad = rng.choice([(0, 0), (0, 3), (5, 0), (2, 7)])
+        labels = labels.to(rng.choice([torch.long, torch.int32]))
+        yield Case(f"hidden: {B} rows of {T} labels ({labels.dtype}), start_token_id={start}, pad_token_id={pad}",
+                   "prepend the start token, drop the last label, -100 → pad, same dtype",
+                   _judge_shift(labels, start, pad))
+
+
+@hidden_cases("kv_cache_step")
+def _hidden_kv_step_cases(seed: int):
+    rng = random.Random(seed)
+    for i in range(2):
+        B, H, D, d, t = rng.randint(1, 3), rng.choice([1, 2, 3]), rng.choice([2, 4, 8]), rng.choice([5, 8]), rng.randint(0, 9)
+        yield Case(f"hidden: B={B}, H={H}, D={D}, d_model={d}, {t} cached positions", "one cached decoding step",
+                   _judge_kv_step(B, H, D, d, t, seed=1000 * seed + i, bias_scale=2.0))
+
+
+@hidden_cases("mask_position_bias")
+def _hidden_mask_bias_cases(seed: int):
+    rng = random.Random(seed)
+    for i in range(3):
+        k_len = rng.randint(1, 7)
+        q_len, causal = rng.randint(1, k_len), rng.random() < 0.6
+        dtype = rng.choice([torch.float32, torch.bfloat16, torch.float16])
+        mask = None
+        if rng.random() < 0.7:
+            mask = torch.tensor([[int(rng.random() < 0.7) for _ in range(k_len)] for _ in range(rng.randint(1, 3))])
+        rows = "no padding mask" if mask is None else f"a padding mask of {len(mask)} rows"
+        yield Case(f"hidden: {q_len} queries, {k_len} keys, causal={causal}, {rows}, {dtype}",
+                   "padding and causal masks, finfo(dtype).min / 2, in dtype",
+                   _judge_mask_bias(q_len, k_len, mask, causal, dtype, seed=1000 * seed + i))
+
+
+@hidden_cases("next_rows")
+def _hidden_next_rows_cases(seed: int):
+    rng = random.Random(seed)
+    for _ in range(4):
+        world_size, micro_batch = rng.choice([1, 2, 3]), rng.randint(1, 5)
+        num_rows = rng.randint(micro_batch * world_size, 40)
+        step = micro_batch * world_size
+        position = step * rng.randint(0, num_rows // step)  # the last one: the epoch's end
+        state = (num_rows, micro_batch, rng.randint(0, 99), rng.randrange(world_size), world_size, rng.randint(0, 5),
+                 position)
+        yield _next_rows_case(f"hidden: num_rows={num_rows}, micro_batch={micro_batch}, rank={state[3]} of "
+                              f"{world_size}, epoch {state[5]}, position {position}", "the next rows from the state",
+                              *state)
+
+
+@hidden_cases("flops_per_step")
+def _hidden_flops_cases(seed: int):
+    rng = random.Random(seed)
+    for _ in range(2):
+        config = _model_config(rng.randint(30, 300), rng.choice([16, 24, 40]), rng.choice([4, 8, 12]),
+                               rng.choice([20, 48, 64]), rng.randint(1, 3), rng.randint(1, 3), rng.choice([1, 2, 3]))
+        shape = (rng.randint(1, 4), rng.randint(2, 40), rng.randint(1, 15))
+        yield Case(f"hidden: {config.num_layers} + {config.num_decoder_layers} layers, d_model={config.d_model}, "
+                   f"inner={config.num_heads * config.d_kv}, batch and lengths {shape}", "lesson 07's count",
+                   _judge_flops(config, shape))
+
+
+@hidden_cases("training_state_bytes")
+def _hidden_state_bytes_cases(seed: int):
+    rng = random.Random(seed)
+    for _ in range(3):
+        config = _model_config(rng.randint(30, 300), rng.choice([16, 24, 40]), rng.choice([4, 8, 12]),
+                               rng.choice([20, 48, 64]), rng.randint(1, 3), rng.randint(1, 3), rng.choice([1, 2, 3]),
+                               rng.choice([4, 8, 32]))
+        optimizer, precision = rng.choice(["adamw", "adamwscale", "adafactor"]), rng.choice(["fp32", "bf16", "fp16"])
+        yield _state_bytes_case(f"hidden: {config.num_layers} + {config.num_decoder_layers} layers, d_model="
+                                f"{config.d_model}, {optimizer}, {precision}", "weights, gradients, optimizer state, "
+                                "16-bit copies", config, optimizer, precision)
+
+
+@hidden_cases("atomic_write")
+def _hidden_atomic_cases(seed: int):
+    rng = random.Random(seed)
+    for _ in range(3):
+        chunks = [rng.randbytes(rng.choice([0, 1, 100, 9000])) for _ in range(rng.randint(1, 4))]
+        old = rng.choice([None, rng.randbytes(rng.randint(0, 5000))])
+        kind = rng.choice(["ok", "full", "rename"])
+        fail_after = rng.randrange(len(chunks)) if kind == "full" else None
+        what = {"ok": "no failure", "full": f"a full disk before chunk {fail_after}", "rename": "a crash at the rename"}
+        yield Case(f"hidden: {len(chunks)} chunks, {'no earlier file' if old is None else 'an earlier file'}, "
+                   f"{what[kind]}",
+                   "write aside, then os.replace; on failure remove the temporary file and re-raise",
+                   _judge_atomic(chunks, old=old, fail_after=fail_after, crash_at_rename=kind == "rename"))
+
+
+@hidden_cases("checkpoint_problem")
+def _hidden_checkpoint_cases(seed: int):
+    rng = random.Random(seed)
+    for _ in range(3):
+        files = {f"file_{i}.bin": rng.randbytes(rng.randint(2, 3000)) for i in range(rng.randint(1, 4))}
+        damage = rng.choice([None, "missing", "short", "changed", "bad_json"])
+        target = rng.choice(sorted(files)) if damage in ("missing", "short", "changed") else None
+        yield Case(f"hidden: {len(files)} files, damage: {damage} {target or ''}".strip(),
+                   "None when intact, else a sentence naming the first damaged file",
+                   _judge_checkpoint(files, damage, target))
+
+
+@hidden_cases("nan_step")
+def _hidden_nan_cases(seed: int):
+    rng = random.Random(seed)
+    for _ in range(4):
+        grad_acc, steps = rng.randint(1, 4), rng.randint(1, 6)
+        losses = [rng.uniform(0.5, 9.0) for _ in range(grad_acc * steps)]
+        checked = rng.randrange(len(losses))
+        for _ in range(rng.randint(0, 2)):
+            losses[rng.randrange(checked, len(losses))] = rng.choice([float("nan"), float("inf"), -float("inf")])
+        step = rng.randint(steps, 500)
+        yield _nan_case(f"hidden: grad_acc={grad_acc}, {len(losses)} losses ({checked} checked), step {step}",
+                        "the optimizer step of the first non-finite unchecked loss", losses, step, grad_acc, checked)
+
+
 # %%
 #| hide
-for _name in ("rms_norm", "attention", "rouge_l"):  # the same seed draws the same hidden cases; another seed others
+for _name in ("rms_norm", "attention", "rouge_l", "next_rows", "atomic_write", "nan_step"):  # same seed, same cases
     _a, _b = [c.label for c in EXERCISES[_name].hidden(7)], [c.label for c in EXERCISES[_name].hidden(8)]
     test_eq(_a, [c.label for c in EXERCISES[_name].hidden(7)])
     assert _a != _b, _name
@@ -1357,7 +2435,8 @@ print(f"{len(EXERCISES)} exercises\n" + exercise_table())
 # %%
 #| hide
 assert len(EXERCISES) >= 14
-for name in ("relative_position_bucket", "rms_norm", "noise_span_lengths", "adamwscale_step", "span_gain"):
+for name in ("relative_position_bucket", "rms_norm", "noise_span_lengths", "adamwscale_step", "span_gain",
+             "pack_documents", "kv_cache_step", "next_rows", "flops_per_step", "atomic_write", "nan_step"):
     assert name in EXERCISES, name
 for e in EXERCISES.values():  # a stub is reported as "not implemented yet", never as a crash
     def stub(*args, **kwargs):

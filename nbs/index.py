@@ -34,8 +34,8 @@
 # ```
 #
 # **The tests** — every notebook runs as one test case, plus the integration tests in `tests/`, in two worker
-# processes of one thread each (`-n 2`, pytest-xdist: about 9.5 minutes on 2 CPU cores, 263 tests on 2026-12-04; drop `-n 2` to run them one
-# by one):
+# processes of one thread each (`-n 2`, pytest-xdist; drop `-n 2` to run them one by one). The last recorded run
+# (`nbs/results/test_run.json`): TESTS_PASSED tests passed in TESTS_MIN minutes on 2 CPU cores, TESTS_DATE:
 #
 # ```bash
 # pip install -e ".[dev]" && python -m pytest tests -n 2
@@ -44,7 +44,7 @@
 # **Versions tested** (2026-12-04): the newest, by these tests — Python 3.11, torch 2.13.0 (CPU), transformers
 # 5.25.0, tokenizers 0.23.3, datasets 5.2.0, accelerate 1.16.0, torchdata 0.11.0; on a GPU, torch 2.11.0 (CUDA 13.0)
 # with transformers 5.17.0 and accelerate 1.15.0 (`bash benchmarks/gpu_check.sh` on an H200); the lowest that
-# `pyproject.toml` allows, by a subset of the tests (`bash tools/floors.sh`: 37 passed) — torch 2.5.0, transformers
+# `pyproject.toml` allows, by a subset of the tests (`bash tools/floors.sh`) — torch 2.5.0, transformers
 # 5.16.0, tokenizers 0.23.1, datasets 5.1.0, accelerate 0.30.0, torchdata 0.8.0. (transformers 4.x cannot install
 # beside datasets 5.x; with transformers 5.0–5.15 and tokenizers 0.22, one test string encodes unlike SentencePiece.)
 
@@ -53,7 +53,7 @@
 #
 # Read the notebooks in order: each builds one part of the system, checks it as it goes, and names what it uses
 # from the earlier ones. You need Python, PyTorch basics (tensors, autograd, `nn.Module`) and the idea of a
-# transformer. **Reading** is an estimate from each lesson's prose words (200 a minute) and code lines (10 a minute), not a timed read (`python tools/teaching_guide.py` counts them). **CPU: notebook** is one run of the notebook as the tests run it, slow cells skipped (`python -m pytest tests -n 2 --durations=0`: two notebooks at a time on 2 CPU cores, other light jobs running; 2026-12-04); **CPU: experiments** is what its `#| slow` cells took, as their saved outputs
+# transformer. **Reading** is an estimate from each lesson's prose words (200 a minute) and code lines (10 a minute), not a timed read (`python tools/teaching_guide.py` counts them into `nbs/results/reading.json` and fills this column). **CPU: notebook** is one run of the notebook as the tests run it, slow cells skipped, two notebooks at a time on 2 CPU cores (the last recorded test run, `nbs/results/test_run.json`); **CPU: experiments** is what its `#| slow` cells took, as their saved outputs
 # and `nbs/results/*.json` record. The only GPU timings are those of one run of the prepared check on an H200 ("A preset for the GPU you have",
 # below); the `#| gpu` cells have no saved output.
 #
@@ -78,15 +78,21 @@
 # | 10 | [cli](nbs/10_cli.ipynb) | the `nanot5-edu` command line: one argument style, `--print-config`, relaunching a run from its `config.yaml` | 07, 08, 09 | ≈ 40 min | 81 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/10_cli.ipynb) |
 # | 11 | [main](nbs/11_main.ipynb) | `python -m nanot5_edu`, what `accelerate launch -m nanot5_edu` starts in every process | 10 | ≈ 5 min | < 1 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/11_main.ipynb) |
 #
-# **Exercises**: [`exercises/`](exercises/) has one notebook for each of lessons 01–05 and 09 (15 functions to write, each with a check cell that compares it with two independent references and gives a hint; see [90_exercises](nbs/90_exercises.ipynb)). Every lesson (but the one-cell 11) ends with what you learned, questions and experiments to try.
+# **Exercises**: [`exercises/`](exercises/) has one notebook for each lesson with code, 01 to 09 (25 functions to write, each with a check cell that compares it with two independent references and gives a hint; see [90_exercises](nbs/90_exercises.ipynb)). Every lesson (but the one-cell 11) ends with what you learned, questions and experiments to try.
 #
 # | lesson | exercises (functions to write) |
 # |---|---|
 # | [01 tokenizer](exercises/01_tokenizer.ipynb) | `sentinel_ids`, `encode_with_eos` |
 # | [02 span corruption](exercises/02_span_corruption.ipynb) | `noise_span_lengths`, `noise_mask`, `corrupt_example` |
+# | [02b span batches](exercises/02b_span_batches.ipynb) | `pack_documents` |
 # | [03 T5 layers](exercises/03_t5_layers.ipynb) | `relative_position_bucket`, `rms_norm`, `gated_gelu_ff`, `attention` |
+# | [03b T5 model](exercises/03b_t5_model.ipynb) | `shift_right`, `kv_cache_step`, `mask_position_bias` |
 # | [04 optimizers](exercises/04_optimizers.ipynb) | `adamwscale_step`, `cosine_lr` |
 # | [05 pre-training](exercises/05_pretraining.ipynb) | `span_gain`, `train_step` (with gradient accumulation) |
+# | [06 streams](exercises/06_streams.ipynb) | `next_rows` (where a resumed stream goes on) |
+# | [07 config](exercises/07_config.ipynb) | `flops_per_step`, `training_state_bytes` |
+# | [07b checkpoints](exercises/07b_checkpoints.ipynb) | `atomic_write`, `checkpoint_problem` |
+# | [08 real runs](exercises/08_real_runs.ipynb) | `nan_step` (the NaN guard's step) |
 # | [09 fine-tuning](exercises/09_finetuning.ipynb) | `rouge_l`, `exact_match` |
 #
 # A teacher grades a student's filled-in notebook with `python tools/grade.py FILE` (each exercise in a process of its own with a time limit; `--csv`/`--junit` for a gradebook) and hands out copies without the solutions with `python tools/student_copy.py`.
@@ -123,7 +129,7 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # |---|---|---|---|
 # | CPU demo (`nanot5-edu pretrain`): tiny T5 cut to 1 + 1 layers, 3,000 steps × 16 × 128 tokens, AdamWScale 4e-2, bf16 | 9.441 → **4.324** (accuracy 31.3%) | **0.198** [0.170, 0.237] = span **0.027** [0.022, 0.032] + document **0.171** [0.144, 0.210]; 512 held-out rows of 24 speeches | per-position unigram 5.547, unigram 5.905; 9.8 min on 2 idle CPU cores (re-run twice: identical numbers). Goal (loss ≤ 4.5 ✓; span gain ≥ 0.1 ✗): the encoder mostly tells the decoder which speech it is in |
 # | recipes for span filling (05b), 5 min each on 2 CPU cores (a screen: one seed each, three for the two leaders) | 4.462 (demo) … 4.891 (not comparable across input lengths) | span gain: demo 1 + 1 0.016 / 0.014 / 0.008 (3 seeds), 2 + 2 0.011 / 0.004 / 0.009 (3 seeds: not separated), inputs 256 0.009, narrow 4 + 1 0.002, 4 + 1 0.001, inputs 512 0.001; document gain 0.030–0.122 | the demo recipe, 5 → 10 min: span gain 0.016 → 0.027, +0.012 nats per doubling of compute; extrapolated (two points, labelled so in 05b): 0.1 at ≈ 80× the demo's compute |
-# | the demo recipe twice as long (05b): 6,000 steps, 17.2 min on 2 CPU cores, one seed | 9.441 → **4.208** | **0.263** [0.231, 0.303] = span **0.039** [0.031, 0.046] + document **0.224** [0.192, 0.265] | the straight line through the 5- and 10-minute runs predicted span gain 0.038 at this compute: one test passed (one seed) |
+# | the demo recipe twice as long (05b, `demo_long.json`): 6,000 steps on 2 CPU cores, one seed | 9.441 → **4.208** | **0.263** [0.231, 0.303] = span **0.039** [0.031, 0.046] + document **0.224** [0.192, 0.265] | the straight line through the 5- and 10-minute runs predicted span gain 0.038 at this compute: one test passed (one seed) |
 # | optimizers (05c), same model, 300 steps, 3 seeds, 512 held-out rows across all 24 speeches: Adafactor inverse-sqrt / cosine; AdamWScale inverse-sqrt / cosine | 4.959 ± 0.008 / 4.983 ± 0.007; 5.012 ± 0.017 / 5.021 ± 0.019 | span gain ≤ 0.004, a trace (step 0: −0.001 to 0.001 for the grid's inits); document gain: Adafactor 0.034–0.042, AdamWScale 0.007–0.009 | no run fills spans beyond a trace at 300 steps: this ranks the target-model phase |
 # | plain AdamW (cosine) at 4e-2 / at its best of 1e-3, 3e-3, 1e-2 (1e-3) | 5.738 ± 0.047 / 5.158 ± 0.006 | span 0.000, document ≤ 0.002 | no divergence at nanoT5's 2e-2 even without clipping (5.479) or with the std-1 head (5.804) |
 # | SNI-mini fine-tuning (09b): cpu-demo checkpoint vs random init, 200 steps, 3 seeds, 10 / 30 / 100 instances per task | lowest held-out loss 5.41 vs 6.18 / 4.60 vs 5.04 / 3.89 vs 4.01 | | pre-training's loss gain is beyond the seed spread at 10 and 30 per task, within it at 100; 18 runs in 13.1 min |
@@ -138,9 +144,30 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 #
 # For orientation only — nanoT5's published C4 losses (T5-Base, 32k vocabulary, 65,536 steps × 128 × 512, about
 # 48,000 times the compute of the CPU demo by `flops_per_step` (lesson 07); not comparable with the numbers above): Adafactor inverse-sqrt /
-# cosine 1.995 / 1.993, AdamWScale 2.040 / 1.953, plain AdamW diverges; SNI Rouge-L 40.7 (pre-trained) vs ≈ 10.2
-# (random init).
+# cosine 1.995 / 1.993, AdamWScale 2.040 / 1.953, plain AdamW diverges; SNI Rouge-L 40.7 (pre-trained, then
+# fine-tuned).
 #
+
+# %%
+#| hide
+# Figures README's prose quotes that no lesson prints: computed here from the package and the configs
+# (tools/check_claims.py traces README's numbers to this cell's output, to nbs/results/ and benchmarks/results/)
+from nanot5_edu.config import flops_per_step, make_config
+from nanot5_edu.noise import compute_input_and_target_lengths
+
+
+def run_flops(cfg) -> float:
+    "Training FLOPs of a whole pre-training run as configured"
+    targets = compute_input_and_target_lengths(cfg.data.inputs_length, cfg.data.noise_density,
+                                               cfg.data.mean_noise_span_length)[1]
+    return cfg.train.total_steps * flops_per_step(cfg.model, cfg.optim.batch_size, cfg.data.inputs_length, targets)
+
+
+demo, base = make_config("cpu-demo"), make_config("t5-base")
+print(f"cpu-demo: a log line every {demo.logging.every_steps} steps; nanoT5's T5-Base run / the CPU demo, training "
+      f"FLOPs: {run_flops(base) / run_flops(demo):,.0f}x")
+
+# %% [markdown]
 # **Speed** (`python benchmarks/<name>.py`):
 #
 # | what | ours | reference | ratio | goal |

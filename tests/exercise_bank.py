@@ -10,8 +10,12 @@ WRONG: name -> [(wrong solution, a phrase its failure message must contain)], th
 from __future__ import annotations
 
 import collections
+import hashlib
+import json
 import math
+import os
 import re
+import shutil
 import string
 
 import torch
@@ -215,6 +219,63 @@ def corrupt_without_eos(ids, mask, first_sentinel, eos_id):
     return _replace_runs(ids, mask, first_sentinel), _replace_runs(ids, [not m for m in mask], first_sentinel)
 
 
+# --- 02b span batches ---------------------------------------------------------------------------------------------
+def _pack(token_lists, raw_length, eos_id, eos=True, keep_rest=False, exact_off_by_one=False, per_document=False,
+          skip_empty=False):
+    docs = [list(d) + ([eos_id] if eos else []) for d in token_lists if d or not skip_empty]
+    groups = docs if per_document else [[t for d in docs for t in d]]
+    rows = []
+    for flat in groups:
+        end = len(flat) - raw_length + (0 if exact_off_by_one else 1)
+        rows += [flat[i:i + raw_length] for i in range(0, max(end, 0), raw_length)]
+        if keep_rest and len(flat) % raw_length:
+            rows.append(flat[len(flat) // raw_length * raw_length:] + [0] * (raw_length - len(flat) % raw_length))
+    return rows
+
+
+@reference
+def pack_documents(token_lists, raw_length, eos_id):
+    return _pack(token_lists, raw_length, eos_id)
+
+
+@wrong("pack_documents", "append eos_id after EVERY document")
+def pack_without_eos(token_lists, raw_length, eos_id):
+    return _pack(token_lists, raw_length, eos_id, eos=False)
+
+
+@wrong("pack_documents", "no padding")
+def pack_padding_the_rest(token_lists, raw_length, eos_id):
+    return _pack(token_lists, raw_length, eos_id, keep_rest=True)
+
+
+@wrong("pack_documents", "the last row is kept")
+def pack_off_by_one(token_lists, raw_length, eos_id):
+    return _pack(token_lists, raw_length, eos_id, exact_off_by_one=True)
+
+
+@wrong("pack_documents", "rows cross document boundaries")
+def pack_per_document(token_lists, raw_length, eos_id):
+    return _pack(token_lists, raw_length, eos_id, per_document=True)
+
+
+@wrong("pack_documents", "an empty document still ends with eos_id")
+def pack_skipping_empty_documents(token_lists, raw_length, eos_id):
+    return _pack(token_lists, raw_length, eos_id, skip_empty=True)
+
+
+@wrong("pack_documents", "eos_id is an argument")
+def pack_with_eos_1(token_lists, raw_length, eos_id):
+    return _pack(token_lists, raw_length, 1)
+
+
+@wrong("pack_documents", "no rows, []")
+def pack_with_torch(token_lists, raw_length, eos_id):  # torch.tensor([]) is float, and .view(0, n) of it fails
+    flat = torch.tensor([t for d in token_lists for t in list(d) + [eos_id]])
+    n = len(flat) // raw_length
+    if n == 0:
+        return [flat.tolist()]  # the mistake: a short row instead of none
+    return flat[:n * raw_length].view(n, raw_length).tolist()
+
 
 # --- 03 T5 layers -------------------------------------------------------------------------------------------------
 def _buckets(rel, bidirectional, num_buckets, max_distance, halve=True, sign=1, unidirectional_abs=False,
@@ -365,6 +426,155 @@ def attention_mask_inverted(q, k, v, position_bias, mask):
 def attention_mask_after_softmax(q, k, v, position_bias, mask):
     weights = (q @ k.transpose(-1, -2) + position_bias).softmax(-1) * mask[:, None, None, :]
     return weights @ v
+
+
+# --- 03b T5 model -------------------------------------------------------------------------------------------------
+@reference
+def shift_right(labels, start_token_id, pad_token_id):
+    shifted = torch.cat([labels.new_full((labels.shape[0], 1), start_token_id), labels[:, :-1]], dim=1)
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+@wrong("shift_right", "shift RIGHT")
+def shift_left(labels, start_token_id, pad_token_id):
+    shifted = torch.cat([labels[:, 1:], labels.new_full((labels.shape[0], 1), start_token_id)], dim=1)
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+@wrong("shift_right", "start_token_id, the argument")
+def shift_with_pad_as_start(labels, start_token_id, pad_token_id):
+    return shift_right(labels, pad_token_id, pad_token_id)
+
+
+@wrong("shift_right", "-100 labels become pad_token_id")
+def shift_keeping_minus_100(labels, start_token_id, pad_token_id):
+    return torch.cat([labels.new_full((labels.shape[0], 1), start_token_id), labels[:, :-1]], dim=1)
+
+
+@wrong("shift_right", "not start_token_id, not 0")
+def shift_minus_100_to_zero(labels, start_token_id, pad_token_id):
+    return shift_right(labels, start_token_id, 0)
+
+
+@wrong("shift_right", "changed `labels` in place")
+def shift_in_place(labels, start_token_id, pad_token_id):
+    labels[labels == -100] = pad_token_id
+    return shift_right(labels, start_token_id, pad_token_id)
+
+
+@wrong("shift_right", "keep the labels' dtype")
+def shift_int64(labels, start_token_id, pad_token_id):
+    start = torch.full((labels.shape[0], 1), start_token_id)  # int64 whatever the labels' dtype
+    shifted = torch.cat([start, labels[:, :-1]], dim=1)
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+def _kv_step(x, wq, wk, wv, wo, past_k, past_v, position_bias, scale=False, attend_new=True, prepend=False,
+             return_past=False, bias=True):
+    H = past_k.shape[1]
+    heads = lambda w: (x @ w.T).unflatten(-1, (H, -1)).transpose(1, 2)
+    q, k_new, v_new = heads(wq), heads(wk), heads(wv)
+    pair = lambda past, new: torch.cat([new, past] if prepend else [past, new], dim=2)
+    k, v = pair(past_k, k_new), pair(past_v, v_new)
+    keys, values = (k, v) if attend_new else (past_k, past_v)
+    scores = q @ keys.transpose(-1, -2)
+    if scale:
+        scores = scores / q.shape[-1] ** 0.5
+    if bias:
+        scores = scores + position_bias[..., :keys.shape[2]]
+    out = (scores.softmax(-1) @ values).transpose(1, 2).flatten(2) @ wo.T
+    return (out, past_k, past_v) if return_past else (out, k, v)
+
+
+@reference
+def kv_cache_step(x, wq, wk, wv, wo, past_k, past_v, position_bias):
+    return _kv_step(x, wq, wk, wv, wo, past_k, past_v, position_bias)
+
+
+@wrong("kv_cache_step", "NOT scale")
+def kv_step_scaled(x, wq, wk, wv, wo, past_k, past_v, position_bias):
+    return _kv_step(x, wq, wk, wv, wo, past_k, past_v, position_bias, scale=True)
+
+
+@wrong("kv_cache_step", "attends to itself")
+def kv_step_past_only(x, wq, wk, wv, wo, past_k, past_v, position_bias):
+    return _kv_step(x, wq, wk, wv, wo, past_k, past_v, position_bias, attend_new=False)
+
+
+@wrong("kv_cache_step", "at the END of the position axis")
+def kv_step_prepended(x, wq, wk, wv, wo, past_k, past_v, position_bias):
+    return _kv_step(x, wq, wk, wv, wo, past_k, past_v, position_bias, prepend=True)
+
+
+@wrong("kv_cache_step", "grows by the new position")
+def kv_step_cache_not_grown(x, wq, wk, wv, wo, past_k, past_v, position_bias):
+    return _kv_step(x, wq, wk, wv, wo, past_k, past_v, position_bias, return_past=True)
+
+
+@wrong("kv_cache_step", "add position_bias")
+def kv_step_without_bias(x, wq, wk, wv, wo, past_k, past_v, position_bias):
+    return _kv_step(x, wq, wk, wv, wo, past_k, past_v, position_bias, bias=False)
+
+
+def _mask_bias(bias, attention_mask, causal, dtype, value="half", offset=True, upper=False, invert=False, rows=False,
+               cast=True):
+    q_len, k_len = bias.shape[-2:]
+    keep = torch.ones(q_len, k_len, dtype=torch.bool)
+    if causal:
+        diagonal = k_len - q_len if offset else 0
+        keep = keep.triu(diagonal) if upper else keep.tril(diagonal)
+    if attention_mask is not None:
+        padding = attention_mask == (1 if invert else 0)
+        keep = keep & ~(padding[:, None, :, None] if rows else padding[:, None, None, :])
+    fill = {"half": torch.finfo(dtype).min / 2, "min": torch.finfo(dtype).min, "-inf": float("-inf"),
+            "fp32": torch.finfo(torch.float32).min / 2}[value]
+    out = bias.masked_fill(~keep, fill)
+    return out.to(dtype) if cast else out
+
+
+@reference
+def mask_position_bias(bias, attention_mask, causal, dtype):
+    return _mask_bias(bias, attention_mask, causal, dtype)
+
+
+@wrong("mask_position_bias", "must stay finite")
+def mask_bias_minus_inf(bias, attention_mask, causal, dtype):
+    return _mask_bias(bias, attention_mask, causal, dtype, value="-inf")
+
+
+@wrong("mask_position_bias", "use half of it")
+def mask_bias_finfo_min(bias, attention_mask, causal, dtype):
+    return _mask_bias(bias, attention_mask, causal, dtype, value="min")
+
+
+@wrong("mask_position_bias", "float32's, cast to fp16, becomes -inf")
+def mask_bias_float32_value(bias, attention_mask, causal, dtype):
+    return _mask_bias(bias, attention_mask, causal, dtype, value="fp32")
+
+
+@wrong("mask_position_bias", "query i sees keys 0 … i")
+def mask_bias_upper_triangle(bias, attention_mask, causal, dtype):
+    return _mask_bias(bias, attention_mask, causal, dtype, upper=True)
+
+
+@wrong("mask_position_bias", "k_len - q_len + i")
+def mask_bias_causal_without_offset(bias, attention_mask, causal, dtype):
+    return _mask_bias(bias, attention_mask, causal, dtype, offset=False)
+
+
+@wrong("mask_position_bias", "(1 = attend)")
+def mask_bias_padding_inverted(bias, attention_mask, causal, dtype):
+    return _mask_bias(bias, attention_mask, causal, dtype, invert=True)
+
+
+@wrong("mask_position_bias", "padding hides KEYS")
+def mask_bias_padded_queries(bias, attention_mask, causal, dtype):
+    return _mask_bias(bias, attention_mask, causal, dtype, rows=True)
+
+
+@wrong("mask_position_bias", "return the result in `dtype`")
+def mask_bias_not_cast(bias, attention_mask, causal, dtype):
+    return _mask_bias(bias, attention_mask, causal, dtype, cast=False)
 
 
 # --- 04 optimizers ------------------------------------------------------------------------------------------------
@@ -533,7 +743,361 @@ def train_step_concatenated(model, optimizer, micro_batches):
     return loss.item()
 
 
-# --- 06 fine-tuning metrics ---------------------------------------------------------------------------------------
+# --- 06 streams ---------------------------------------------------------------------------------------------------
+def _next_rows(num_rows, micro_batch, seed, rank, world_size, epoch, position, epoch_seed=True, wrap_when=">",
+               short=False, local_step=False, strided=False):
+    step = micro_batch * world_size
+    end = position >= num_rows if short else (position + step >= num_rows if wrap_when == ">=" else
+                                              position + step > num_rows)
+    if end:
+        epoch, position = epoch + 1, 0
+    g = torch.Generator().manual_seed(seed + epoch if epoch_seed else seed)
+    order = torch.randperm(num_rows, generator=g).tolist()
+    if strided:
+        mine = order[position + rank:position + step:world_size]
+    else:
+        mine = order[position + rank * micro_batch:position + (rank + 1) * micro_batch]
+    return mine, epoch, position + (micro_batch if local_step else step)
+
+
+@reference
+def next_rows(num_rows, micro_batch, seed, rank, world_size, epoch, position):
+    return _next_rows(num_rows, micro_batch, seed, rank, world_size, epoch, position)
+
+
+@wrong("next_rows", "seeded with seed + epoch")
+def next_rows_same_order_every_epoch(num_rows, micro_batch, seed, rank, world_size, epoch, position):
+    return _next_rows(num_rows, micro_batch, seed, rank, world_size, epoch, position, epoch_seed=False)
+
+
+@wrong("next_rows", "not returned as a short batch")
+def next_rows_short_last_batch(num_rows, micro_batch, seed, rank, world_size, epoch, position):
+    return _next_rows(num_rows, micro_batch, seed, rank, world_size, epoch, position, short=True)
+
+
+@wrong("next_rows", "still taken")
+def next_rows_moves_on_too_early(num_rows, micro_batch, seed, rank, world_size, epoch, position):
+    return _next_rows(num_rows, micro_batch, seed, rank, world_size, epoch, position, wrap_when=">=")
+
+
+@wrong("next_rows", "advances by the whole global micro-batch")
+def next_rows_local_position(num_rows, micro_batch, seed, rank, world_size, epoch, position):
+    return _next_rows(num_rows, micro_batch, seed, rank, world_size, epoch, position, local_step=True)
+
+
+@wrong("next_rows", "rank·micro_batch")
+def next_rows_strided_ranks(num_rows, micro_batch, seed, rank, world_size, epoch, position):
+    return _next_rows(num_rows, micro_batch, seed, rank, world_size, epoch, position, strided=True)
+
+
+@wrong("next_rows", "order[position : position + micro_batch]")
+def next_rows_from_the_start(num_rows, micro_batch, seed, rank, world_size, epoch, position):
+    "The resumed state's position ignored: every call takes the epoch's first rows"
+    rows, epoch, _ = _next_rows(num_rows, micro_batch, seed, rank, world_size, epoch, 0)
+    return rows, epoch, position + micro_batch * world_size
+
+
+# --- 07 FLOPs and memory ------------------------------------------------------------------------------------------
+def _flops(config, B, L_in, L_t, fma=2, passes=3, inner_is_d_model=False, decoder_depth=None, cross_kv_on_targets=False,
+           head=True, products=True):
+    d, ff, V = config.d_model, config.d_ff, config.vocab_size
+    inner = d if inner_is_d_model else config.num_heads * config.d_kv
+    n_dec = decoder_depth or config.num_decoder_layers
+    enc_tok, dec_tok = B * L_in, B * L_t
+    prod = lambda q, k: 2 * B * q * k * inner if products else 0  # q kᵀ and weights · v
+    enc = config.num_layers * (enc_tok * (4 * d * inner + 3 * d * ff) + prod(L_in, L_in))
+    dec = n_dec * (dec_tok * (4 * d * inner + 2 * d * inner + 3 * d * ff)
+                   + (dec_tok if cross_kv_on_targets else enc_tok) * 2 * d * inner
+                   + prod(L_t, L_t) + prod(L_t, L_in))
+    return float(passes * fma * (enc + dec + (dec_tok * d * V if head else 0)))
+
+
+@reference
+def flops_per_step(config, batch_size, inputs_length, targets_length):
+    return _flops(config, batch_size, inputs_length, targets_length)
+
+
+@wrong("flops_per_step", "the forward pass only")
+def flops_forward_only(config, batch_size, inputs_length, targets_length):
+    return _flops(config, batch_size, inputs_length, targets_length, passes=1)
+
+
+@wrong("flops_per_step", "multiply-adds, not FLOPs")
+def flops_multiply_adds(config, batch_size, inputs_length, targets_length):
+    return _flops(config, batch_size, inputs_length, targets_length, fma=1)
+
+
+@wrong("flops_per_step", "the LM head")
+def flops_without_head(config, batch_size, inputs_length, targets_length):
+    return _flops(config, batch_size, inputs_length, targets_length, head=False)
+
+
+@wrong("flops_per_step", "attention products")
+def flops_without_attention_products(config, batch_size, inputs_length, targets_length):
+    return _flops(config, batch_size, inputs_length, targets_length, products=False)
+
+
+@wrong("flops_per_step", "inner = num_heads · d_kv")
+def flops_inner_as_d_model(config, batch_size, inputs_length, targets_length):
+    return _flops(config, batch_size, inputs_length, targets_length, inner_is_d_model=True)
+
+
+@wrong("flops_per_step", "num_decoder_layers layers")
+def flops_decoder_depth_from_encoder(config, batch_size, inputs_length, targets_length):
+    return _flops(config, batch_size, inputs_length, targets_length, decoder_depth=config.num_layers)
+
+
+@wrong("flops_per_step", "encoder's B·L_in tokens")
+def flops_cross_kv_on_decoder_tokens(config, batch_size, inputs_length, targets_length):
+    return _flops(config, batch_size, inputs_length, targets_length, cross_kv_on_targets=True)
+
+
+def _state_bytes(config, optimizer, precision, weight_bytes=4, moments=None, copies="matmul", norms=True,
+                 decoder_depth=None, wo_under_fp16=False):
+    d, inner, f, V = config.d_model, config.num_heads * config.d_kv, config.d_ff, config.vocab_size
+    n_enc, n_dec = config.num_layers, decoder_depth or config.num_decoder_layers
+    attention, ffn, n = 4 * d * inner, 3 * d * f, d if norms else 0
+    matmul = n_enc * (attention + ffn) + n_dec * (2 * attention + ffn) + V * d  # + the LM head
+    params = (matmul + V * d + n_enc * 2 * n + n_dec * 3 * n + 2 * n
+              + (2 * config.relative_attention_num_buckets * config.num_heads if norms else 0))
+    optim = moments if moments is not None else {"adafactor": 4}.get(optimizer, 8)
+    if precision == "fp32" or copies is None:
+        copied = 0
+    elif copies == "all":
+        copied = params
+    else:
+        copied = matmul - (0 if precision == "bf16" or wo_under_fp16 else (n_enc + n_dec) * d * f)
+    weight = weight_bytes if precision != "fp32" else 4
+    return params * (weight + 4 + optim) + 2 * copied
+
+
+@reference
+def training_state_bytes(config, optimizer, precision):
+    return _state_bytes(config, optimizer, precision)
+
+
+@wrong("training_state_bytes", "two moments")
+def state_bytes_one_moment(config, optimizer, precision):
+    return _state_bytes(config, optimizer, precision, moments=4)
+
+
+@wrong("training_state_bytes", "the RMSNorm weights and both position-bias tables")
+def state_bytes_matrices_only(config, optimizer, precision):
+    return _state_bytes(config, optimizer, precision, norms=False)
+
+
+@wrong("training_state_bytes", "'adafactor': 4 bytes")
+def state_bytes_adafactor_as_adam(config, optimizer, precision):
+    return _state_bytes(config, optimizer, precision, moments=8)
+
+
+@wrong("training_state_bytes", "keeps the fp32 weights")
+def state_bytes_16bit_weights(config, optimizer, precision):
+    return _state_bytes(config, optimizer, precision, weight_bytes=2, copies=None)
+
+
+@wrong("training_state_bytes", "adds a 2-byte copy of each matmul weight")
+def state_bytes_no_copies(config, optimizer, precision):
+    return _state_bytes(config, optimizer, precision, copies=None)
+
+
+@wrong("training_state_bytes", "NOT the embedding")
+def state_bytes_copy_of_everything(config, optimizer, precision):
+    return _state_bytes(config, optimizer, precision, copies="all")
+
+
+@wrong("training_state_bytes", "no 16-bit copy of wo")
+def state_bytes_wo_copied_under_fp16(config, optimizer, precision):
+    return _state_bytes(config, optimizer, precision, wo_under_fp16=True)
+
+
+@wrong("training_state_bytes", "num_decoder_layers layers")
+def state_bytes_decoder_depth_from_encoder(config, optimizer, precision):
+    return _state_bytes(config, optimizer, precision, decoder_depth=config.num_layers)
+
+
+# --- 07b checkpoints ----------------------------------------------------------------------------------------------
+class _HashingFile:
+    "Hashes what goes through it to the file (as lesson 07b's _Hashing)"
+    def __init__(self, f):
+        self.f, self.sha256, self.bytes = f, hashlib.sha256(), 0
+
+    def write(self, data):
+        self.sha256.update(data)
+        self.bytes += len(data)
+        return self.f.write(data)
+
+
+@reference
+def atomic_write(path, write):
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as raw:
+            f = _HashingFile(raw)
+            write(f)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return {"bytes": f.bytes, "sha256": f.sha256.hexdigest()}
+
+
+@wrong("atomic_write", "write under a temporary name")
+def atomic_write_in_place(path, write):
+    with open(path, "wb") as raw:
+        f = _HashingFile(raw)
+        write(f)
+    return {"bytes": f.bytes, "sha256": f.sha256.hexdigest()}
+
+
+@wrong("atomic_write", "remove the temporary file")
+def atomic_write_leaves_tmp(path, write):
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as raw:
+        f = _HashingFile(raw)
+        write(f)
+    os.replace(tmp, path)
+    return {"bytes": f.bytes, "sha256": f.sha256.hexdigest()}
+
+
+@wrong("atomic_write", "re-raise the error")
+def atomic_write_swallows_errors(path, write):
+    try:
+        return atomic_write(path, write)
+    except OSError:
+        return None  # the mistake: a failed write reported as nothing at all
+
+
+@wrong("atomic_write", "did not os.replace")
+def atomic_write_copies(path, write):
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as raw:
+            f = _HashingFile(raw)
+            write(f)
+        shutil.copyfile(tmp, path)  # the mistake: copied into the old file, not renamed over it
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return {"bytes": f.bytes, "sha256": f.sha256.hexdigest()}
+
+
+@wrong("atomic_write", "read the file back only after flushing it")
+def atomic_write_hash_before_flush(path, write):
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            data = open(tmp, "rb").read()  # the mistake: read back while the writes still sit in f's buffer
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _checkpoint_problem(directory, sizes=True, hashes=True, catch_missing=True, catch_json=True, exists=True):
+    try:
+        with open(os.path.join(directory, "trainer_state.json")) as f:
+            files = json.load(f)["files"]
+    except (OSError, ValueError):
+        if not catch_json:
+            raise
+        return "trainer_state.json cannot be read"
+    for name, want in files.items():
+        path = os.path.join(directory, name)
+        if exists and catch_missing and not os.path.exists(path):
+            return f"{name} is missing"
+        if sizes and os.path.getsize(path) != want["bytes"]:
+            return f"{name} has {os.path.getsize(path)} bytes, not {want['bytes']} (cut short?)"
+        if hashes:
+            with open(path, "rb") as f:
+                if hashlib.sha256(f.read()).hexdigest() != want["sha256"]:
+                    return f"{name} has changed since it was written"
+    return None
+
+
+@reference
+def checkpoint_problem(directory):
+    return _checkpoint_problem(directory)
+
+
+@wrong("checkpoint_problem", "compare its sha256")
+def checkpoint_sizes_only(directory):
+    return _checkpoint_problem(directory, hashes=False)
+
+
+@wrong("checkpoint_problem", "not a FileNotFoundError")
+def checkpoint_missing_raises(directory):
+    return _checkpoint_problem(directory, catch_missing=False)
+
+
+@wrong("checkpoint_problem", "reported (a sentence naming trainer_state.json), not raised")
+def checkpoint_json_raises(directory):
+    return _checkpoint_problem(directory, catch_json=False)
+
+
+@wrong("checkpoint_problem", "return None")
+def checkpoint_always_a_problem(directory):
+    return _checkpoint_problem(directory) or "checked"
+
+
+@wrong("checkpoint_problem", "a missing trainer_state.json is reported")
+def checkpoint_no_state_is_fine(directory):
+    if not os.path.exists(os.path.join(directory, "trainer_state.json")):
+        return None  # the mistake: an old checkpoint without a record taken for an intact one
+    return _checkpoint_problem(directory)
+
+
+# --- 08 the training loop -----------------------------------------------------------------------------------------
+def _nan_step(losses, step, grad_acc, checked, first_offset=1, per_micro_batch=False, bad=math.isfinite, last=False,
+              relative=False):
+    per = 1 if per_micro_batch else grad_acc
+    first_step = step - len(losses) // per + first_offset
+    found = None
+    for i in range(checked, len(losses)):
+        if not bad(losses[i]):
+            found = first_step + ((i - checked) if relative else i) // per
+            if not last:
+                return found
+    return found
+
+
+@reference
+def nan_step(losses, step, grad_acc, checked):
+    return _nan_step(losses, step, grad_acc, checked)
+
+
+@wrong("nan_step", "the window ends at `step`")
+def nan_step_off_by_one(losses, step, grad_acc, checked):
+    return _nan_step(losses, step, grad_acc, checked, first_offset=0)
+
+
+@wrong("nan_step", "count steps, not micro-batches")
+def nan_step_in_micro_batches(losses, step, grad_acc, checked):
+    return _nan_step(losses, step, grad_acc, checked, per_micro_batch=True)
+
+
+@wrong("nan_step", "not isnan")
+def nan_step_nan_only(losses, step, grad_acc, checked):
+    return _nan_step(losses, step, grad_acc, checked, bad=lambda x: not math.isnan(x))
+
+
+@wrong("nan_step", "the FIRST non-finite loss")
+def nan_step_last(losses, step, grad_acc, checked):
+    return _nan_step(losses, step, grad_acc, checked, last=True)
+
+
+@wrong("nan_step", "not from the first unchecked loss")
+def nan_step_relative_index(losses, step, grad_acc, checked):
+    return _nan_step(losses, step, grad_acc, checked, relative=True)
+
+
+# --- 09 fine-tuning metrics ---------------------------------------------------------------------------------------
 def _words(text, lower=True):
     return re.sub(r"[^a-z0-9]+", " ", text.lower() if lower else text).split()
 

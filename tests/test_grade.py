@@ -78,6 +78,74 @@ def test_the_package_answer_and_the_checks_helpers_fail_with_a_message(tmp_path)
     assert "exact_match called" in out and "the grader's watch was switched off" in out
 
 
+LATER = ("pack_documents", "shift_right", "kv_cache_step", "mask_position_bias", "next_rows", "flops_per_step",
+         "training_state_bytes", "atomic_write", "checkpoint_problem", "nan_step")  # lessons 02b, 03b, 06, 07, 07b, 08
+
+
+def test_the_later_lessons_references_pass_and_their_mistakes_fail(tmp_path):
+    "Through the pipe too: atomic_write's writers (a full disk, a crash armed at the rename) act in the student's process"
+    r = grade(tmp_path, f"for n in {LATER!r}:\n    globals()[n] = REFERENCES[n]\n",
+              "-m", "exercise_02b or exercise_03b or exercise_06 or exercise_07 or exercise_07b or exercise_08",
+              "--seed", "5")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [l.split()[1] for l in lines(r, "PASS")] == list(LATER), r.stdout
+    wrong = {"atomic_write": "atomic_write_copies", "checkpoint_problem": "checkpoint_sizes_only"}
+    (tmp_path / "wrong").mkdir()
+    r = grade(tmp_path / "wrong", "".join(f"{n} = dict((f.__name__, f) for f, _ in WRONG[{n!r}])[{w!r}]\n"
+                                          for n, w in wrong.items()), "--exercises", ",".join(wrong))
+    assert [l.split()[1] for l in lines(r, "FAIL")] == list(wrong), r.stdout
+    assert "it did not os.replace (or os.rename) a temporary file onto the path" in r.stdout
+    assert "compare its sha256" in r.stdout
+
+
+def test_the_later_lessons_package_answers_fail_with_a_message(tmp_path):
+    "The package's own version, from each module the later exercises come from, is refused"
+    r = grade(tmp_path, "from pathlib import Path\nimport torch\n"
+                        "from nanot5_edu.spans import pack_token_rows\n"
+                        "from nanot5_edu.model import shift_right\n"
+                        "from nanot5_edu.stream import BatchStream\n"
+                        "import nanot5_edu.config as C\n"
+                        "from nanot5_edu.checkpoint import checkpoint_problem as problem, _write_file\n"
+                        "def pack_documents(docs, raw_length, eos_id):\n"
+                        "    return pack_token_rows([list(d) + [eos_id] for d in docs], raw_length)\n"
+                        "def kv_cache_step(x, wq, wk, wv, wo, past_k, past_v, position_bias):  # found at run time\n"
+                        "    import importlib\n    L = importlib.import_module('nanot5_' + 'edu.layers')\n"
+                        "    att = L.Attention(L.ModelConfig(d_model=x.shape[-1], d_kv=wq.shape[0] // past_k.shape[1],"
+                        " num_heads=past_k.shape[1]))\n"
+                        "    out, kv = att(x, position_bias, past=L.KV(past_k, past_v))\n    return out, kv.k, kv.v\n"
+                        "def next_rows(n, micro_batch, seed, rank, world_size, epoch, position):\n"
+                        "    s = BatchStream(torch.arange(n), lambda rows: rows, micro_batch, seed, rank, world_size)\n"
+                        "    s.epoch, s.position = epoch, position\n    return next(s).tolist(), s.epoch, s.position\n"
+                        "def flops_per_step(config, *shape):\n    return C.flops_per_step(config, *shape)\n"
+                        "def atomic_write(path, write):\n    import os\n"
+                        "    record = _write_file(Path(path + '.tmp'), write)\n"
+                        "    os.replace(path + '.tmp', path)\n    return record\n"
+                        "def checkpoint_problem(directory):\n    return problem(Path(directory))\n"
+                        "def nan_step(losses, step, grad_acc, checked, _t=__import__('nanot5_edu.train').train):\n"
+                        "    window = _t.LogWindow()\n    return None\n",
+              "--exercises", "pack_documents,shift_right,kv_cache_step,next_rows,flops_per_step,atomic_write,"
+                             "checkpoint_problem,nan_step")
+    assert r.returncode == 1
+    assert lines(r, "PASS") == [], r.stdout
+    out = r.stdout
+    for used in ("nanot5_edu.spans.pack_token_rows", "nanot5_edu.model.shift_right", "nanot5_edu.stream.BatchStream",
+                 "nanot5_edu.config from", "nanot5_edu.checkpoint._write_file",
+                 "nanot5_edu.checkpoint.checkpoint_problem", "nanot5_edu.train from"):
+        assert f"uses {used}" in out, (used, out)
+    assert "kv_cache_step called layers." in out, out
+
+
+def test_lessons_with_a_letter_are_selected_by_their_own_marker():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("grade_tool", ROOT / "tools" / "grade.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.select("x.py", "exercise_03b", None) == ["shift_right", "kv_cache_step", "mask_position_bias"]
+    assert "shift_right" not in tool.select("x.py", "exercise_03", None)
+    assert tool.select("alice/07b_checkpoints.ipynb", None, None) == ["atomic_write", "checkpoint_problem"]
+    assert tool.select("alice/07_config.ipynb", None, None) == ["flops_per_step", "training_state_bytes"]
+
+
 def test_a_hanging_function_and_a_hanging_file_fail_within_the_time_limit(tmp_path):
     r = grade(tmp_path, "def cosine_lr(*args, **kwargs):\n    while True:\n        pass\n"
                         "adamwscale_step = REFERENCES['adamwscale_step']\n", "--exercises", "cosine_lr,adamwscale_step",

@@ -10,7 +10,9 @@ A number is TRACED when one of these holds a number equal to it as rounded in th
      "07's", a zero-padded or suffixed lesson id (05b). README.md's "cells" are its blocks (a paragraph or list, with
      the table after it), so README may cite any lesson's saved output where the block names that lesson;
   3. a value (a number, or a number inside a string, anywhere in the file) of a `nbs/results/*.json(l)` file named
-     in the same markdown cell or in the code cells next to it (`results/demo_run.json`, `"optimizers.json"`);
+     in the same markdown cell or in the code cells next to it (`results/demo_run.json`, `"optimizers.json"`), or
+     of a benchmark record named in the cell by its path (`benchmarks/results/cpu_2026-12-04/`: every file of that
+     folder, what the scripts printed there unedited; or one file of it);
   4. an entry of the citation registry `nbs/sources.yaml` (value as written; what; source: paper and table or
      section, or repository and file) whose `used_in` names the file (the notebook's stem, or README). An entry
      with `file:` (a path in this repository) is itself checked: its value must be in that file.
@@ -102,6 +104,7 @@ ARXIV = re.compile(r"\b\d{4}\.\d{4,5}(?:v\d+)?\b")
 LESSON_LINK = re.compile(r"\((?:[^()\s]*/)?(\d\d[a-z]?)_\w+\.ipynb")
 LESSON_ID = re.compile(r"(0\d|1[01])([bc]?)")
 RESULT_NAME = re.compile(r"[\w.-]+\.jsonl?")
+BENCH_NAME = re.compile(r"benchmarks/results/[\w.-]+(?:/[\w.-]+)?")  # a benchmark record: one folder, or one file
 
 
 @dataclass
@@ -302,6 +305,13 @@ class Project:
         self.sources = (__import__("yaml").safe_load(src.read_text()) or []) if src.exists() else []
         self._cited: dict[str, list[float]] = {}
 
+    @functools.lru_cache(maxsize=None)
+    def bench(self, name: str) -> list[float]:
+        "The values in a benchmark record under benchmarks/results/ (a folder: every file in it)"
+        path = self.root / name
+        files = sorted(f for f in path.iterdir() if f.is_file()) if path.is_dir() else [path] if path.is_file() else []
+        return Traces.group([v for f in files for v in trace_values(f.read_text(errors="replace"))])
+
     def lesson(self, lid: str) -> Doc | None:
         return next((d for p, d in self.docs.items() if re.fullmatch(rf"nbs/{lid}_\w+\.ipynb", p)), None)
 
@@ -314,6 +324,7 @@ class Project:
             if (d := self.lesson(lid)) and d is not doc:
                 groups.append((f"lesson {lid}", d.outputs))
         groups += [(f"results/{r}", self.results[r]) for r in sorted(results & set(self.results))]
+        groups += [(b, self.bench(b)) for b in sorted(set(BENCH_NAME.findall(text)))]
         if doc.path not in self._cited:
             names = {Path(doc.path).stem, doc.path} | ({"index"} if doc.path == README else set())
             self._cited[doc.path] = Traces.group([n.value for e in self.sources if names & set(e.get("used_in") or [])

@@ -1,7 +1,7 @@
 """Grade a student's exercises against the checks of `nanot5_edu.exercises`, the submission kept apart from them.
 
     python tools/grade.py alice/03_t5_layers.ipynb                   # the exercises of lesson 03 (from the name)
-    python tools/grade.py alice/solutions.py -m "exercise_03 or exercise_04" --csv grades.csv --junit grades.xml
+    python tools/grade.py alice/solutions.py -m "exercise_03 or exercise_03b" --csv grades.csv --junit grades.xml
     python tools/grade.py alice/solutions.py --exercises rms_norm,attention --time-limit 30
     python tools/grade.py alice/03_t5_layers.ipynb --seed 2026        # + hidden cases drawn from the seed
 
@@ -128,8 +128,9 @@ def package_uses(fn, seen=None) -> list[str]:
 
 
 def _watch(exercise: str, flagged: list, student_files: set, arguments: set):
-    """A profile hook: flag a call from the student's code straight into the package (a method of an object the
-    grader passed in, such as the model's, excepted), and any call into the checks (nanot5_edu/exercises.py)"""
+    """A profile hook: flag a call from the student's code straight into the package, and any call into the checks
+    (nanot5_edu/exercises.py) from outside the package; a method of an object the grader passed in (the model's, or
+    the writer a check hands `atomic_write`) excepted"""
     package_dir = None
     try:
         import importlib.util
@@ -143,9 +144,9 @@ def _watch(exercise: str, flagged: list, student_files: set, arguments: set):
         f, caller = frame.f_code, frame.f_back
         if f.co_name.startswith("<") or caller is None:
             return
-        if f.co_filename.endswith("exercises.py") and not caller.f_code.co_filename.startswith(package_dir):
-            flagged.append(f"{Path(f.co_filename).stem}.{f.co_name}")
-        elif caller.f_code.co_filename in student_files and id(frame.f_locals.get("self")) not in arguments:
+        into_checks = f.co_filename.endswith("exercises.py") and not caller.f_code.co_filename.startswith(package_dir)
+        if ((into_checks or caller.f_code.co_filename in student_files)
+                and id(frame.f_locals.get("self")) not in arguments):
             flagged.append(f"{Path(f.co_filename).stem}.{f.co_name}")
     return hook
 
@@ -378,14 +379,19 @@ def select(path: str, marker: str | None, names: str | None) -> list[str]:
         if unknown:
             raise SystemExit(f"unknown exercise(s) {unknown}: choose from {sorted(EXERCISES)}")
         return chosen
-    if marker is None and (m := re.match(r"(\d\d)_", Path(path).name)):
+    if marker is None and (m := re.match(r"(\d\d[a-z]?)_", Path(path).name)):
         marker = f"exercise_{m.group(1)}"
     if marker is None:
         return list(EXERCISES)
-    lessons = set(re.findall(r"exercise_(\d\d)", marker))
+    lessons = set(re.findall(r"exercise_(\d\d[a-z]?)\b", marker))
     if not lessons:
-        raise SystemExit(f"-m {marker!r}: use exercise_NN markers, e.g. -m 'exercise_03 or exercise_04'")
-    return [n for n, ex in EXERCISES.items() if ex.lesson[:2] in lessons]
+        raise SystemExit(f"-m {marker!r}: use exercise_NN markers, e.g. -m 'exercise_03 or exercise_03b'")
+    return [n for n, ex in EXERCISES.items() if lesson_key(ex.lesson) in lessons]
+
+
+def lesson_key(lesson: str) -> str:
+    "A lesson's marker suffix: '03' for 03_t5_layers, '03b' for 03b_t5_model (exercise_03, exercise_03b)"
+    return lesson.split("_")[0]
 
 
 def _clean(text: str, limit: int = 2000) -> str:
@@ -419,8 +425,8 @@ def write_reports(student: str, rows: list[dict], csv_path: str | None, junit_pa
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="See the module docstring for more.")
     ap.add_argument("submission", help="a filled-in exercises/NN_lesson.ipynb, or a .py file")
-    ap.add_argument("-m", dest="marker", help="lessons by marker: 'exercise_03 or exercise_04' (default: from the "
-                                              "file's NN_ prefix, else every exercise)")
+    ap.add_argument("-m", dest="marker", help="lessons by marker: 'exercise_03 or exercise_03b' (default: from the "
+                                              "file's NN_ or NNx_ prefix, else every exercise)")
     ap.add_argument("--exercises", help="comma-separated exercise names instead of -m")
     ap.add_argument("--time-limit", type=float, default=120.0, help="seconds per exercise, loading included")
     ap.add_argument("--seed", type=int, help="add the hidden cases drawn from this seed (exercises that have them)")

@@ -15,6 +15,7 @@ guide is written by hand.
 --check exits 1 if the guide is not up to date (nothing is written).
 """
 import os
+import json
 import re
 import sys
 from pathlib import Path, PurePosixPath
@@ -56,16 +57,31 @@ def counts(path: Path) -> tuple[int, int]:
     return words, code
 
 
-def reading_table() -> str:
-    rows = ["| lesson | prose words | code lines | reading time (estimate) |", "|---|---|---|---|"]
-    total = 0.0
+def reading() -> dict:
+    "Each lesson's prose words, code lines and reading estimate (minutes, to the nearest 5); the total in hours"
+    out = {}
     for p in lessons():
         w, c = counts(p)
         minutes = w / WORDS_PER_MIN + c / CODE_LINES_PER_MIN
-        total += minutes
-        rows.append(f"| [{p.stem}](../nbs/{p.stem}.ipynb) | {w:,} | {c:,} | ≈ {max(5, 5 * round(minutes / 5))} min |")
-    rows.append(f"| all | | | ≈ {total / 60:.0f} h |")
+        out[p.stem] = {"prose_words": w, "code_lines": c, "minutes": minutes, "reading_min": max(5, 5 * round(minutes / 5))}
+    return out
+
+
+def reading_table() -> str:
+    rows = ["| lesson | prose words | code lines | reading time (estimate) |", "|---|---|---|---|"]
+    r = reading()
+    for stem, x in r.items():
+        rows.append(f"| [{stem}](../nbs/{stem}.ipynb) | {x['prose_words']:,} | {x['code_lines']:,} | ≈ {x['reading_min']} min |")
+    rows.append(f"| all | | | ≈ {sum(x['minutes'] for x in r.values()) / 60:.0f} h |")
     return "\n".join(rows)
+
+
+def reading_record() -> str:
+    "nbs/results/reading.json: the estimates the README's lesson table quotes (tools/check_claims.py checks them)"
+    r = reading()
+    return json.dumps({"rates": {"prose_words_per_min": WORDS_PER_MIN, "code_lines_per_min": CODE_LINES_PER_MIN},
+                       "lessons": {k: {**v, "minutes": round(v["minutes"], 1)} for k, v in r.items()},
+                       "total_h": round(sum(v["minutes"] for v in r.values()) / 60, 1)}, indent=1) + "\n"
 
 
 def _relink(text: str) -> str:
@@ -113,10 +129,44 @@ def refresh(text: str) -> str:
     return text
 
 
+def refresh_index(text: str) -> str:
+    """nbs/index.py's lesson table: the reading estimate (nbs/results/reading.json) and the notebook's CPU time in the
+    last recorded test run (nbs/results/test_run.json, written by `NANOT5_EDU_TEST_RECORD=... pytest`), per row"""
+    runs = ROOT / "nbs" / "results" / "test_run.json"
+    seconds = json.loads(runs.read_text())["notebook_s"] if runs.exists() else {}
+    r = reading()
+
+    def row(m):
+        cols = m.group(0).split(" | ")
+        stem = re.search(r"\(nbs/(\w+)\.ipynb\)", cols[1])
+        if not stem or stem.group(1) not in r:
+            return m.group(0)
+        cols[4] = f"≈ {r[stem.group(1)]['reading_min']} min"
+        if stem.group(1) in seconds:
+            s = seconds[stem.group(1)]
+            cols[5] = "< 1 s" if s < 1 else f"{s:.0f} s"
+        return " | ".join(cols)
+    text = re.sub(r"^# \| \d\d[a-z]? \| \[.*$", row, text, flags=re.M)
+    if runs.exists():  # the README's test command: what its last recorded run took
+        rec = json.loads(runs.read_text())
+        text = re.sub(r"(\(`nbs/results/test_run.json`\): )\S+ tests passed in \S+ minutes on \S+ CPU cores, \S+:",
+                      lambda m: f"{m.group(1)}{rec['passed']} tests passed in {rec['wall_min']} minutes on {rec['cores']} "
+                                f"CPU cores, {rec['date']}:", text)
+    return text
+
+
 if __name__ == "__main__":
-    old = GUIDE.read_text()
-    new = refresh(old)
+    index = ROOT / "nbs" / "index.py"
+    old_index = index.read_text()
+    new_index = refresh_index(old_index)
+    old, new = GUIDE.read_text(), refresh(GUIDE.read_text())
+    record = ROOT / "nbs" / "results" / "reading.json"
+    old_record, new_record = (record.read_text() if record.exists() else ""), reading_record()
     if "--check" in sys.argv[1:]:
-        sys.exit(0 if new == old else print(f"{GUIDE} is out of date: run python tools/teaching_guide.py") or 1)
+        stale = [str(f) for f, a, b in ((GUIDE, old, new), (record, old_record, new_record), (index, old_index, new_index))
+                 if a != b]
+        sys.exit(0 if not stale else print(f"{', '.join(stale)} out of date: run python tools/teaching_guide.py") or 1)
     GUIDE.write_text(new)
-    print(f"wrote {GUIDE}" if new != old else f"{GUIDE} is up to date")
+    record.write_text(new_record)
+    index.write_text(new_index)  # then tools/sync.sh renders README.md
+    print(f"wrote {GUIDE}" if new != old else f"{GUIDE} is up to date", "and", record)
