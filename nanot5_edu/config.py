@@ -21,9 +21,10 @@ from .optim import OPTIMIZERS, SCHEDULES
 from .tokenizer import DEMO_VOCAB_SIZE
 
 # %% auto #0
-__all__ = ['RUN_PRESETS', 'PEAK_TFLOPS', 'DataConfig', 'OptimConfig', 'TrainConfig', 'EvalConfig', 'CheckpointConfig',
-           'LoggingConfig', 'Config', 'ConfigError', 'TrainingError', 'make_config', 'validate_config',
-           'flops_per_step', 'peak_flops_of', 'peak_flops', 'matmul_peak_flops', 'estimate_memory', 'estimate_time']
+__all__ = ['RUN_PRESETS', 'ARCHITECTURES', 'OBJECTIVES', 'SETUPS', 'PEAK_TFLOPS', 'DataConfig', 'OptimConfig', 'TrainConfig',
+           'EvalConfig', 'CheckpointConfig', 'LoggingConfig', 'Config', 'ConfigError', 'TrainingError', 'make_config',
+           'validate_config', 'flops_per_step', 'peak_flops_of', 'peak_flops', 'matmul_peak_flops', 'estimate_memory',
+           'estimate_time']
 
 # %% ../nbs/07_config.ipynb #307c8ddd
 @dataclass
@@ -37,6 +38,7 @@ class DataConfig:
     noise_density: float = 0.15
     mean_noise_span_length: float = 3.0
     shuffle_buffer: int = 2048  # streamed corpora: packed rows shuffled (and corrupted) together, one block at a time
+    objective: str = "span_corruption"  # span_corruption | prefix_lm | causal_lm | ul2 (09c_objectives)
 
 
 @dataclass
@@ -166,6 +168,12 @@ def make_config(preset: str = "cpu-demo", overrides: list[str] | tuple = (), con
     return OmegaConf.to_object(cfg)
 
 # %% ../nbs/07_config.ipynb #43567783
+ARCHITECTURES = ("encoder-decoder", "decoder-only")
+OBJECTIVES = ("span_corruption", "prefix_lm", "causal_lm", "ul2")
+# what 09c_objectives trains: an encoder needs inputs, so the encoder-decoder has no causal_lm
+SETUPS = tuple((a, o) for a in ARCHITECTURES for o in OBJECTIVES if (a, o) != ("encoder-decoder", "causal_lm"))
+
+
 def validate_config(cfg: Config, world_size: int = 1):
     "Raise ConfigError for settings that cannot run, before any data or model is built"
     o, t = cfg.optim, cfg.train
@@ -194,6 +202,13 @@ def validate_config(cfg: Config, world_size: int = 1):
     for section in (cfg.eval, cfg.checkpoint, cfg.logging):
         if section.every_steps <= 0:
             raise ConfigError(f"{type(section).__name__}.every_steps must be > 0.")
+    arch, objective = cfg.model.architecture, cfg.data.objective
+    if (arch, objective) not in SETUPS:
+        valid = "; ".join(f"model.architecture={a} data.objective={o}" for a, o in SETUPS)
+        raise ConfigError(f"model.architecture={arch} with data.objective={objective} is not a setup this course trains"
+                          + (" (an encoder-decoder needs inputs, and causal_lm has none: use prefix_lm, T5's LM row)"
+                             if (arch, objective) == ("encoder-decoder", "causal_lm") else "")
+                          + f". Valid: {valid}.")
     tracker = cfg.logging.tracker
     if tracker and importlib.util.find_spec({"tensorboard": "tensorboard", "wandb": "wandb"}.get(tracker, tracker)) is None:
         raise ConfigError(f"logging.tracker={tracker!r} is not installed: `pip install {tracker}`, or drop the override "
@@ -205,6 +220,10 @@ def flops_per_step(config: ModelConfig, batch_size: int, inputs_length: int, tar
     d, inner, ff, V = config.d_model, config.num_heads * config.d_kv, config.d_ff, config.vocab_size
     attn_proj, ffn = 4 * d * inner, 3 * d * ff  # q, k, v, o; gated FF (wi_0, wi_1, wo)
     enc_tok, dec_tok = batch_size * inputs_length, batch_size * targets_length
+    if config.architecture == "decoder-only":  # one stack over inputs + targets, the head on the targets (09c)
+        L = inputs_length + targets_length
+        stack = config.num_layers * (batch_size * L * (attn_proj + ffn) + 2 * batch_size * L ** 2 * inner)
+        return 3 * 2 * (stack + dec_tok * d * V)
     enc = config.num_layers * (enc_tok * (attn_proj + ffn) + 2 * batch_size * inputs_length ** 2 * inner)
     dec = config.num_decoder_layers * (
         dec_tok * (attn_proj + 2 * d * inner + ffn)  # self-attention, cross q and o, FF

@@ -38,6 +38,7 @@ class ModelConfig:
     pad_token_id: int = 0
     eos_token_id: int = 1
     decoder_start_token_id: int = 0
+    architecture: str = "encoder-decoder"  # or "decoder-only": one stack over inputs + targets (09c_objectives)
 
     def __post_init__(self):
         if self.num_decoder_layers is None:
@@ -46,7 +47,7 @@ class ModelConfig:
     def to_hf(self):
         "The equivalent `transformers.T5Config` (gated-gelu, v1.1)"
         from transformers import T5Config
-        kw = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lm_head_init_fix"}
+        kw = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("lm_head_init_fix", "architecture")}
         cfg = T5Config(feed_forward_proj="gated-gelu", is_encoder_decoder=True, **kw)
         cfg.tie_word_embeddings = self.tie_word_embeddings  # transformers 5 overrides it in the constructor
         return cfg

@@ -29,7 +29,7 @@ from .checkpoint import (latest_checkpoint, resume_checkpoint, RunStopped, save_
 
 # %% auto #0
 __all__ = ['EVAL_SUMMARY_KEYS', 'to_device', 'make_accelerator', 'LogWindow', 'evaluate_during_run', 'fit', 'prepare_tokenizer',
-           'export_hf', 'validation_batches', 'train', 'eval_summary', 'plot_run']
+           'export_hf', 'make_collator', 'make_model', 'validation_batches', 'train', 'eval_summary', 'plot_run']
 
 # %% ../nbs/08_real_runs.ipynb #e1469c1c
 def _log_line(m: dict) -> str:
@@ -281,13 +281,32 @@ def export_hf(model: T5, tokenizer, out_dir: Path) -> Path:
     return out_dir
 
 
+def make_collator(cfg: Config, tokenizer, seed: int):
+    "The run's objective: T5's span corruption here; prefix LM, causal LM and UL2 come from 09c_objectives"
+    if cfg.data.objective == "span_corruption":
+        return SpanCorruptionCollator(tokenizer, cfg.data.inputs_length, cfg.data.noise_density,
+                                      cfg.data.mean_noise_span_length, seed=seed)
+    from nanot5_edu.objectives import objective_collator
+    return objective_collator(cfg, tokenizer, seed)
+
+
+def make_model(cfg: Config):
+    "T5, or (model.architecture=decoder-only) 09c_objectives's one-stack model from the same layers"
+    if cfg.model.architecture == "decoder-only":
+        from nanot5_edu.objectives import DecoderOnly
+        return DecoderOnly(cfg.model)
+    return T5(cfg.model)
+
+
 def validation_batches(cfg: Config, tokenizer) -> list[dict]:
     """The fixed held-out batches every evaluation of a run scores (`evaluation_batches`: rows across all documents
     of an in-memory split, the first eval.batches × eval.batch_size rows of a streamed one; same on every process)"""
-    collator = SpanCorruptionCollator(tokenizer, cfg.data.inputs_length, cfg.data.noise_density,
-                                      cfg.data.mean_noise_span_length, seed=1234)
+    collator = make_collator(cfg, tokenizer, seed=1234)
     rows, documents = packed_rows(cfg, tokenizer, "validation", collator.raw_length,
                                   cfg.eval.batches * cfg.eval.batch_size, documents=True)
+    if cfg.data.objective != "span_corruption":  # a shape per batch (09c_objectives): corrupted batch by batch
+        from nanot5_edu.objectives import objective_batches
+        return objective_batches(rows, documents, collator, cfg.eval.batch_size, cfg.eval.batches, seed=1234)
     return evaluation_batches(rows, documents, collator, cfg.eval.batch_size, cfg.eval.batches, seed=1234)
 
 
@@ -305,14 +324,14 @@ def train(cfg: Config) -> dict:
         raise ConfigError(f"The tokenizer has {len(tokenizer)} ids but model.vocab_size={cfg.model.vocab_size}: "
                           f"set model.vocab_size={128 * math.ceil(len(tokenizer) / 128)}.")
     spans = (cfg.data.inputs_length, cfg.data.noise_density, cfg.data.mean_noise_span_length)
-    collator = SpanCorruptionCollator(tokenizer, *spans, seed=cfg.train.seed + accelerator.process_index)
+    collator = make_collator(cfg, tokenizer, seed=cfg.train.seed + accelerator.process_index)
     micro = cfg.optim.batch_size // (cfg.optim.grad_acc * accelerator.num_processes)
     stream = training_stream(cfg, tokenizer, collator, micro, accelerator.process_index, accelerator.num_processes)
     valid_batches = validation_batches(cfg, tokenizer)
 
     stream = FirstBatchHash(stream)
     try:
-        model, step = fit(cfg, accelerator, T5(cfg.model), tokenizer, stream, valid_batches)
+        model, step = fit(cfg, accelerator, make_model(cfg), tokenizer, stream, valid_batches)
     except RunStopped:  # stopped on request, checkpoint written: no export or plot of a half run; the trackers close
         accelerator.end_training()
         raise
@@ -322,13 +341,14 @@ def train(cfg: Config) -> dict:
 
     summary = {"run_dir": str(run_dir), "steps": step, "wall_s": time.time() - t_start, "main_process": main}
     if main:
-        if isinstance(stream.stream, BatchStream):  # baselines from one corruption of every training row (in memory)
+        if isinstance(stream.stream, BatchStream) and cfg.data.objective == "span_corruption":  # baselines from one corruption of every training row (in memory)
             rows = stream.rows
             corrupt = SpanCorruptionCollator(tokenizer, *spans, seed=7)
             train_labels = torch.cat([corrupt(rows[i:i + 4096])["labels"] for i in range(0, len(rows), 4096)])
             summary.update(unigram_baselines(train_labels, torch.cat([b["labels"] for b in valid_batches]),
                                              len(tokenizer)))
-        summary.update(eval_summary(run_dir), hf_export=str(export_hf(model, tokenizer, run_dir / "hf")),
+        summary.update(eval_summary(run_dir), hf_export=str(export_hf(model, tokenizer, run_dir / "hf")) if isinstance(model, T5) else
+                       "none: a decoder-only model has no Hugging Face T5 export (its weights are in checkpoints/)",
                        loss_plot=str(plot_run(run_dir, {k: summary[k] for k in ("unigram", "per_position_unigram")
                                                         if k in summary})))
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))

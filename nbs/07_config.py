@@ -92,6 +92,7 @@ class DataConfig:
     noise_density: float = 0.15
     mean_noise_span_length: float = 3.0
     shuffle_buffer: int = 2048  # streamed corpora: packed rows shuffled (and corrupted) together, one block at a time
+    objective: str = "span_corruption"  # span_corruption | prefix_lm | causal_lm | ul2 (09c_objectives)
 
 
 @dataclass
@@ -237,13 +238,18 @@ test_fail(lambda: make_config("cpu-demo", ["optim.lr=fast"]), contains="optim.lr
 test_fail(lambda: make_config("cpu-demo", ["train.total_step=5"]), contains="train.total_steps")
 test_fail(lambda: make_config("gpt2"), contains="Unknown preset 'gpt2'")
 
-
 # %% [markdown]
 # Everything that can be checked without compute is checked first, so a typo costs a second, not an hour: `validate_config` checks the names of the optimizer and schedule, that the warmup fits in the run, that the batch divides into micro-batches and processes, that the GPU has bf16 if asked for it, and that a tracker is installed. Each error names the key and the fix (the function and its checks are hidden here: they are plumbing, not ideas).
 
 # %%
 #| export
 #| hide
+ARCHITECTURES = ("encoder-decoder", "decoder-only")
+OBJECTIVES = ("span_corruption", "prefix_lm", "causal_lm", "ul2")
+# what 09c_objectives trains: an encoder needs inputs, so the encoder-decoder has no causal_lm
+SETUPS = tuple((a, o) for a in ARCHITECTURES for o in OBJECTIVES if (a, o) != ("encoder-decoder", "causal_lm"))
+
+
 def validate_config(cfg: Config, world_size: int = 1):
     "Raise ConfigError for settings that cannot run, before any data or model is built"
     o, t = cfg.optim, cfg.train
@@ -272,6 +278,13 @@ def validate_config(cfg: Config, world_size: int = 1):
     for section in (cfg.eval, cfg.checkpoint, cfg.logging):
         if section.every_steps <= 0:
             raise ConfigError(f"{type(section).__name__}.every_steps must be > 0.")
+    arch, objective = cfg.model.architecture, cfg.data.objective
+    if (arch, objective) not in SETUPS:
+        valid = "; ".join(f"model.architecture={a} data.objective={o}" for a, o in SETUPS)
+        raise ConfigError(f"model.architecture={arch} with data.objective={objective} is not a setup this course trains"
+                          + (" (an encoder-decoder needs inputs, and causal_lm has none: use prefix_lm, T5's LM row)"
+                             if (arch, objective) == ("encoder-decoder", "causal_lm") else "")
+                          + f". Valid: {valid}.")
     tracker = cfg.logging.tracker
     if tracker and importlib.util.find_spec({"tensorboard": "tensorboard", "wandb": "wandb"}.get(tracker, tracker)) is None:
         raise ConfigError(f"logging.tracker={tracker!r} is not installed: `pip install {tracker}`, or drop the override "
@@ -285,6 +298,8 @@ test_fail(lambda: validate_config(make_config("cpu-demo", ["optim.batch_size=30"
 test_fail(lambda: validate_config(make_config("cpu-demo", ["optim.name=lion"])), contains="optim.name='lion' is unknown")
 test_fail(lambda: validate_config(make_config("cpu-demo", ["train.precision=fp8"])), contains="use bf16, fp16 or fp32")
 validate_config(make_config("cpu-demo", ["train.precision=fp16"]))
+test_fail(lambda: validate_config(make_config("cpu-demo", ["data.objective=causal_lm"])), contains="Valid: model.architecture=")
+validate_config(make_config("cpu-demo", ["model.architecture=decoder-only", "data.objective=causal_lm"]))
 test_fail(lambda: validate_config(make_config("cpu-demo", ["logging.tracker=no_such_tracker"])), contains="is not installed")
 
 
@@ -304,6 +319,10 @@ def flops_per_step(config: ModelConfig, batch_size: int, inputs_length: int, tar
     d, inner, ff, V = config.d_model, config.num_heads * config.d_kv, config.d_ff, config.vocab_size
     attn_proj, ffn = 4 * d * inner, 3 * d * ff  # q, k, v, o; gated FF (wi_0, wi_1, wo)
     enc_tok, dec_tok = batch_size * inputs_length, batch_size * targets_length
+    if config.architecture == "decoder-only":  # one stack over inputs + targets, the head on the targets (09c)
+        L = inputs_length + targets_length
+        stack = config.num_layers * (batch_size * L * (attn_proj + ffn) + 2 * batch_size * L ** 2 * inner)
+        return 3 * 2 * (stack + dec_tok * d * V)
     enc = config.num_layers * (enc_tok * (attn_proj + ffn) + 2 * batch_size * inputs_length ** 2 * inner)
     dec = config.num_decoder_layers * (
         dec_tok * (attn_proj + 2 * d * inner + ffn)  # self-attention, cross q and o, FF

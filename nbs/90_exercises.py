@@ -2128,6 +2128,105 @@ except AssertionError as e:
 
 
 # %% [markdown]
+# ## Lesson 09c: architectures and objectives
+#
+# The prefix-LM mask is checked against the package's `prefix_lm_mask` and a loop over every (query, key) pair
+# written from the rule in T5's figure; a UL2 denoiser's example lengths against the shapes `UL2Collator` really
+# makes on a row and against T5's counting rule (`noise_counts`) written out.
+
+# %%
+#| export
+def _prefix_mask_oracles(length: int, prefix: int) -> torch.Tensor:
+    from nanot5_edu.objectives import prefix_lm_mask
+    loops = torch.tensor([[j <= i or (i < prefix and j < prefix) for j in range(length)] for i in range(length)],
+                         dtype=torch.bool).view(length, length)
+    return _agree("prefix_lm_mask", prefix_lm_mask(length, prefix), loops)
+
+
+def _judge_prefix_mask(length: int, prefix: int):
+    expected = _prefix_mask_oracles(length, prefix)
+
+    def judge(fn):
+        got = fn(length, prefix)
+        if isinstance(got, torch.Tensor) and got.dtype != torch.bool:
+            return f"expected a bool tensor (True = may attend), got dtype {got.dtype}"
+        return first_difference(expected, got, where=lambda idx: f"query {idx[0]}, key {idx[1]}")
+    return judge
+
+
+@exercise("prefix_lm_mask", "09c_objectives", "prefix_lm_mask(length: int, prefix_length: int) -> BoolTensor",
+          "The attention mask of a prefix LM over a sequence of `length` positions whose first `prefix_length` are "
+          "the inputs: `keep[i, j]` is True where query i may attend to key j. Every position sees itself and the "
+          "positions before it (causal); the prefix positions also see each other both ways; no prefix position sees "
+          "a target. prefix_length 0 is a plain causal LM. Return a bool tensor [length, length].")
+def _prefix_mask_cases():
+    for label, length, prefix, hint in [
+            ("length 6, prefix 3", 6, 3, "prefix positions see the whole prefix; targets see the prefix and the "
+                                         "targets up to THEMSELVES (j <= i: the diagonal is True)"),
+            ("length 5, prefix 0 (causal LM)", 5, 0, "no prefix: a lower-triangular mask, diagonal included"),
+            ("length 4, prefix 4 (all inputs)", 4, 4, "all positions in the prefix: every position sees every other"),
+            ("length 7, prefix 1", 7, 1, "a one-token prefix: nothing changes but that token sees itself"),
+            ("length 8, prefix 5", 8, 5, "a prefix position never sees a target (i < prefix_length needs j < prefix_length "
+                                         "or j <= i)"),
+            ("length 1, prefix 0", 1, 0, "one position: [[True]]")]:
+        yield Case(label, hint, _judge_prefix_mask(length, prefix))
+
+
+# %%
+#| export
+class _SentinelIds:
+    "A stand-in tokenizer: T5's 100 sentinels counted down from the top of a 1,100-id vocabulary"
+    eos_token_id, pad_token_id, unk_token_id = 1, 0, 2
+    def __len__(self): return 1100
+    def convert_tokens_to_ids(self, tokens): return [1099 - int(t[len("<extra_id_"):-1]) for t in tokens]
+
+
+def _ul2_length_oracles(raw_length: int, mu: float, r: float) -> tuple[int, int]:
+    from nanot5_edu.noise import noise_counts
+    from nanot5_edu.objectives import UL2Collator
+    noise, spans = noise_counts(raw_length, r, mu)
+    by_rule = (1 + raw_length - noise + spans + 1, noise + spans + 1)  # mode token, kept, sentinels, EOS | spans, EOS
+    collator = UL2Collator(_SentinelIds(), raw_length, denoisers=(("R", mu, r, 1.0),))
+    out = collator(torch.randint(3, 900, (2, raw_length), generator=torch.Generator().manual_seed(0)))
+    made = (out["input_ids"].shape[1], out["labels"].shape[1])
+    return _agree("ul2_example_lengths", made, by_rule)
+
+
+def _judge_ul2_lengths(raw_length: int, mu: float, r: float):
+    expected = _ul2_length_oracles(raw_length, mu, r)
+
+    def judge(fn):
+        got = fn(raw_length, mu, r)
+        if not isinstance(got, (tuple, list)) or len(got) != 2 or not all(isinstance(x, int) for x in got):
+            return f"expected a tuple of two Python ints (inputs length, targets length), got {got!r}"
+        return first_difference(list(expected), list(got))
+    return judge
+
+
+@exercise("ul2_example_lengths", "09c_objectives",
+          "ul2_example_lengths(raw_length: int, mean_span: float, rate: float) -> tuple[int, int]",
+          "The encoder and decoder lengths of one UL2 R- or X-denoiser example made from `raw_length` raw tokens: "
+          "T5's span corruption with mean span length `mean_span` and corruption rate `rate` (lesson 02's counting: "
+          "noise tokens = round(raw_length * rate), at least 1 and at most raw_length - 1; spans = round(noise / "
+          "mean_span), at least 1), a mode token in front of the inputs and EOS at the end of both. Return "
+          "(inputs length, targets length) as Python ints.")
+def _ul2_length_cases():
+    for label, raw, mu, r, hint in [
+            ("R: 568 raw tokens, μ=3, r=0.15", 568, 3.0, 0.15, "inputs: the mode token + kept tokens + one sentinel per "
+             "span + EOS; targets: one sentinel per span + the hidden tokens + EOS"),
+            ("R: 568 raw tokens, μ=8, r=0.15", 568, 8.0, 0.15, "spans = round(noise / mean_span): 85 noise tokens "
+             "in round(10.6) spans"),
+            ("X: 142 raw tokens, μ=3, r=0.5", 142, 3.0, 0.5, "half the row hidden: the targets are as long as the "
+             "inputs, less the mode token"),
+            ("X: 142 raw tokens, μ=64, r=0.15", 142, 64.0, 0.15, "round(21 / 64) = 0 spans: T5 clamps it up to 1 span"),
+            ("X: 101 raw tokens, μ=64, r=0.5", 101, 64.0, 0.5, "round(50.5) is 50 in Python (round half to even), as "
+             "T5's counting does; use round, not int() or math.floor(x + 0.5)"),
+            ("R: 37 raw tokens, μ=3, r=0.15", 37, 3.0, 0.15, "sizes that do not divide: round each count, in order "
+             "(noise first, then spans from the rounded noise)")]:
+        yield Case(label, hint, _judge_ul2_lengths(raw, mu, r))
+
+
+# %% [markdown]
 # ## Hidden cases for graded work
 #
 # Every case above is in the open: a student can read it, and a solution could be tuned to it. For marks, a teacher

@@ -1224,3 +1224,74 @@ def exact_match_strips_accents(prediction, references):
     import unicodedata
     fold = lambda t: "".join(c for c in unicodedata.normalize("NFKD", t) if not unicodedata.combining(c))
     return 100.0 if any(_normalize(fold(prediction)) == _normalize(fold(r)) for r in references) else 0.0
+
+
+# --- 09c objectives ------------------------------------------------------------------------------------------------
+@reference
+def prefix_lm_mask(length, prefix_length):
+    i = torch.arange(length)
+    causal = i[None, :] <= i[:, None]
+    both_in_prefix = (i[:, None] < prefix_length) & (i[None, :] < prefix_length)
+    return causal | both_in_prefix
+
+
+@wrong("prefix_lm_mask", "the diagonal is True")
+def prefix_mask_strictly_causal(length, prefix_length):  # off by one: a position cannot see itself
+    i = torch.arange(length)
+    return (i[None, :] < i[:, None]) | ((i[:, None] < prefix_length) & (i[None, :] < prefix_length))
+
+
+@wrong("prefix_lm_mask", "prefix positions see the whole prefix")
+def prefix_mask_prefix_sees_all(length, prefix_length):  # the prefix rows see the targets too
+    i = torch.arange(length)
+    return (i[None, :] <= i[:, None]) | (i[None, :] < prefix_length) | (i[:, None] < prefix_length)
+
+
+@wrong("prefix_lm_mask", "expected a bool tensor")
+def prefix_mask_as_floats(length, prefix_length):  # 1.0/0.0: the wrong dtype for masked_fill(~keep, ...)
+    return prefix_lm_mask(length, prefix_length).float()
+
+
+@wrong("prefix_lm_mask", "query")
+def prefix_mask_upper_triangle(length, prefix_length):  # rows and columns swapped: keys after the query
+    return prefix_lm_mask(length, prefix_length).T
+
+
+@reference
+def ul2_example_lengths(raw_length, mean_span, rate):
+    noise = min(max(round(raw_length * rate), 1), raw_length - 1)
+    spans = max(round(noise / mean_span), 1)
+    return 1 + raw_length - noise + spans + 1, noise + spans + 1
+
+
+@wrong("ul2_example_lengths", "mode token")
+def ul2_lengths_without_mode(raw_length, mean_span, rate):
+    inputs, targets = ul2_example_lengths(raw_length, mean_span, rate)
+    return inputs - 1, targets
+
+
+@wrong("ul2_example_lengths", "clamps it up to 1 span")
+def ul2_lengths_zero_spans(raw_length, mean_span, rate):  # no clamp: 0 spans for a long mean span on a short row
+    noise = round(raw_length * rate)
+    spans = round(noise / mean_span)
+    return 1 + raw_length - noise + spans + 1, noise + spans + 1
+
+
+@wrong("ul2_example_lengths", "use round, not int()")
+def ul2_lengths_half_up(raw_length, mean_span, rate):  # round half up: 50.5 -> 51
+    import math
+    noise = min(max(math.floor(raw_length * rate + 0.5), 1), raw_length - 1)
+    spans = max(math.floor(noise / mean_span + 0.5), 1)
+    return 1 + raw_length - noise + spans + 1, noise + spans + 1
+
+
+@wrong("ul2_example_lengths", "spans = round(noise / mean_span)")
+def ul2_lengths_truncated(raw_length, mean_span, rate):  # int() truncates 5.55 to 5
+    noise = max(int(raw_length * rate), 1)
+    spans = max(int(noise / mean_span), 1)
+    return 1 + raw_length - noise + spans + 1, noise + spans + 1
+
+
+@wrong("ul2_example_lengths", "two Python ints")
+def ul2_lengths_as_tensor(raw_length, mean_span, rate):
+    return torch.tensor(ul2_example_lengths(raw_length, mean_span, rate))
