@@ -6,6 +6,7 @@ fresh subprocess, so peak memory (max RSS growth after the model is built) is pe
 GPU: python benchmarks/model.py --device cuda --preset t5-v1_1-base --batch 32 --compile
      (bf16 train steps, ours vs HF: s/step, tokens/s, MFU, peak CUDA memory).
 Run: python benchmarks/model.py [--quick]
+Goal (this project's own, not a published figure): each row at 1.5x the speed of HF's T5, same weights and batch.
 """
 import argparse
 import json

@@ -27,7 +27,7 @@
 # next to the baselines it must beat, the **encoder gain** (how much the model's answers depend on reading its
 # input: the loss with another document's input minus the loss with its own) split into **span gain** (from the
 # row's own context: the loss with another passage of the same document minus its own) and **document gain**
-# (from knowing which document), each with a 95% interval, the loss plot and a Hugging Face export:
+# (from knowing which document), each with a bootstrap interval, the loss plot and a Hugging Face export:
 #
 # ```bash
 # pip install -e . && nanot5-edu pretrain
@@ -138,8 +138,8 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # | fine-tuning (09b) from pre-training checkpoints 0 / 500 / 1,500 / 3,000 (span gain −0.001 / 0.003 / 0.018 / 0.027; document gain 0.000 / 0.048 / 0.120 / 0.171), 10 per task, 3 seeds | lowest held-out loss 6.310 / 5.835 / 5.610 / 5.426 (sd ≤ 0.15) | | generations do not move beyond seed spread; E2E name share 5–13% vs the best constant's 12% (memorised: 100%). The largest loss gain comes in the first 500 steps, while span gain is still ≈ 0 |
 #
 # **Why AdamWScale works** (04, one seed, 200 steps of the same model): the relative change of each tensor per
-# step, `|Δθ| / (lr·|θ|)`, averaged over the last 50 steps, spans 0.18–16.9 across tensors with plain AdamW (a
-# factor of 96; the `q` matrices moved 90 × lr at step 1), 0.13–0.32 with AdamWScale (2.5) and 0.72–0.99 with
+# step, `|Δθ| / (lr·|θ|)`, averaged over the last 50 steps, spans 0.175–16.9 across tensors with plain AdamW (a
+# factor of 96.3; the `q` matrices moved ≈ 90 × lr at step 1), 0.13–0.32 with AdamWScale (2.5) and 0.72–0.99 with
 # Adafactor (1.4). This shows the mechanism; it ranks nothing.
 #
 # For orientation only — nanoT5's published C4 losses (T5-Base, 32k vocabulary, 65,536 steps × 128 × 512, about
@@ -168,27 +168,41 @@ print(f"cpu-demo: a log line every {demo.logging.every_steps} steps; nanoT5's T5
       f"FLOPs: {run_flops(base) / run_flops(demo):,.0f}x")
 
 # %% [markdown]
-# **Speed** (`python benchmarks/<name>.py`):
+# **Speed** (`bash benchmarks/run_cpu.sh` runs every `benchmarks/<name>.py` and keeps what each printed; the figures
+# below are that run's, 2026-12-05, in `benchmarks/results/cpu_2026-12-05/`, on an Intel Xeon with 2 cores and no
+# other job; each log prints ours and the reference measured side by side in the same run, and `machine.txt` has the
+# load before and after each benchmark):
 #
 # | what | ours | reference | ratio | goal |
 # |---|---|---|---|---|
-# | batched encoding of the corpus (2.47M tokens) | 1.30M tokens/s | 4.61M tokens/s (per-doc `sentencepiece` loop) | 0.28× | ≥ 1M tokens/s ✓ |
-# | tokenizer training, vocab 8,000 + 100 | 4.6 s | | | |
-# | span-corruption collator, batch 128 × 568 | 248k examples/s | 12.0k examples/s (per-example numpy, HF flax algorithm) | 20.6× (last 10 runs: 20.0–21.2×) | 20× ✓ (thin margin) |
-# | tokenize + pack + corrupt, embedded corpus | 1.1–1.3M raw tokens/s | 700k/s (T5-Base at 50% MFU on an H200) | ≥ 1.57× | ✓ |
-# | train step, tiny, b32, 128→32, fp32 / bf16 | 0.875 / 0.598 s | HF T5: 1.117 / 0.818 s | 1.21–1.28× / 1.08–1.37× (two machines; the times are the first's) | 1.5× ✗ |
-# | train step, t5-v1_1-small, b8, 512→114, fp32 / bf16 | 5.99 / 3.27 s | HF T5: 5.74 / 4.60 s | 0.96× / 1.41× | 1.5× ✗ |
-# | greedy generation, 32 tokens, b32, tiny, fp32 / bf16 | 0.487 / 0.274 s | HF `generate`: 0.448 / 0.365 s | 0.92× / 1.33× | 1.5× ✗ |
-# | peak memory growth of a train step (tiny bf16 / small bf16) | 199 / 713 MB | HF: 254 / 743 MB | ≤ HF ✓ | |
-# | optimizer step, T5-v1.1-small shapes (77M parameters) | 209.5 ms (AdamWScale, foreach) | 197.4 ms (`torch.optim.AdamW(foreach=True)`) | 1.06× | ≤ 1.3× ✓ |
-# | MFU formula, nanoT5's T5-Base step (b128, 512→114) | 54.5 TFLOP | 54.5 TFLOP (nanoT5) | | within 2% ✓ |
-# | resume a streamed local C4-format corpus (`stream.py`): start → first new batch at row 0 / 100k / 1M | 1.59 / 1.53 / 1.67 s (state_dict) | 4.32 / 4.55 / 24.18 s (old: skip by reading) | 14.5× at 1M | flat, ≤ 2× row 0 at 1M: 1.05× ✓ |
-# | streamed tokenize + pack + shuffle + corrupt, 568-token rows, 2 DataLoader workers | 687k raw tokens/s | 358k (in the training process) | 1.92× | ≥ 700k/s ✗ (2% short, on 2 cores; quiet machine) |
-# | training process waiting for data, cpu-demo model, 2 workers | 1.5% of a 166 ms step | | | ≤ 5% ✓ |
-# | `fit`, cpu-demo model, grad_acc=4 (losses on device, `accumulate`) | 4.55 steps/s | 4.25 steps/s (before) | 1.07× | no regression ✓ |
+# | batched encoding of the corpus (2,470,504 tokens) | 1,238,543 tokens/s | 4,304,002 tokens/s (per-document `sentencepiece` loop) | 0.29× | ≥ 1,000,000 tokens/s ✓ |
+# | tokenizer training, vocab 8000 + 100 | 5.4 s | | | |
+# | span-corruption collator, batch 128 × 568 → 512 / 114 | 180,202 examples/s | 8,990 examples/s (per-example numpy, HF flax algorithm) | 20.0× | ≥ 20× ✓ (no margin) |
+# | tokenize + pack + corrupt, embedded corpus | 936,268 raw tokens/s | | | ≥ 700,000/s ✓ |
+# | train step, tiny, b32, 128→32, fp32 / bf16 | 1.188 / 0.642 s | HF T5: 1.450 / 0.751 s | 1.22× / 1.17× | 1.5× ✗ |
+# | train step, t5-v1_1-small, b8, 512→114, fp32 / bf16 | 7.090 / 4.300 s | HF T5: 6.504 / 4.750 s | 0.92× / 1.10× | 1.5× ✗ |
+# | greedy generation, 32 tokens, b32, tiny, fp32 / bf16 | 0.566 / 0.372 s | HF `generate`: 0.673 / 0.494 s | 1.19× / 1.33× | 1.5× ✗ |
+# | peak memory growth of a train step (tiny bf16 / small bf16) | 210 / 719 MB | HF: 225 / 804 MB | | ≤ HF ✓ |
+# | optimizer step, T5-v1.1-small shapes (76,961,152 parameters) | 186.3 ms (AdamWScale, foreach) | 215.5 ms (`torch.optim.AdamW(foreach=True)`) | 0.86× | ≤ 1.3× ✓ |
+# | resume a streamed local C4-format corpus (`stream.py`): start → first new batch at corpus row 0 / 100,000 / 1,000,000 | 0.85 / 1.08 / 1.11 s (state_dict) | 4.25 / 3.98 / 18.96 s (old: skip by reading) | 17.1× at 1,000,000 | flat, ≤ 2× row 0: 1.30× ✓ |
+# | streamed tokenize + pack + shuffle + corrupt, 568-token rows, 2 DataLoader workers | 900,239 raw tokens/s | 458,295 (in the training process) | 1.96× | ≥ 700,000/s ✓ |
+# | training process waiting for data, cpu-demo model, 2 workers | 2.5% of a 131 ms step | | | ≤ 5% ✓ |
+# | `fit`, cpu-demo model, grad_acc=4 (losses on device, `accumulate`) | 5.49 steps/s | 5.57 steps/s (before, cf16b38) | 0.98× | no regression: one run each, the spread between runs not measured |
+#
+# The FLOP count behind MFU reproduces nanoT5's T5-Base step, 54.5 TFLOP (lesson 07 checks it within 2%).
 #
 # No GPU was available for these figures; `benchmarks/gpu_pretrain.sh` measures T5-Base with bf16 +
 # `torch.compile` (s/step, tokens/s, MFU, ours vs HF) on one.
+
+# %%
+#| hide
+# what the preset table below quotes (tools/check_claims.py traces README's numbers to these outputs)
+from nanot5_edu.cli import resource_estimates
+for name in ("colab-t4", "t5-base"):
+    print(name, "| inputs_length", make_config(name).data.inputs_length)
+    print(resource_estimates(make_config(name)))
+c = make_config("t5-base-16h")
+print(f"t5-base-16h: batch {c.optim.batch_size} as {c.optim.grad_acc} x {c.optim.batch_size // c.optim.grad_acc}")
 
 # %% [markdown]
 # ## Where to run it
@@ -225,9 +239,9 @@ print(f"cpu-demo: a log line every {demo.logging.every_steps} steps; nanoT5's T5
 #
 #   | preset | what it trains | precision, micro-batch | GPU memory (estimate) | time (estimate, 30% MFU) |
 #   |---|---|---|---|---|
-#   | `colab-t4` | a T5-v1.1-Small-sized model (77M) on C4 streamed from the hub, 256-token inputs, batch 64, 10,000 steps | fp16 (a T4 has no bf16), 64 | 7.6 GiB of a T4's 15 | T4: 0.17 s/step, 28 min (41 min at 20% MFU) |
+#   | `colab-t4` | a T5-v1.1-Small-sized model on C4 streamed from the hub, 256-token inputs, batch 64, 10,000 steps | fp16 (a T4 has no bf16), 64 | 7.6 GiB of a T4's 14.7 | T4: 0.17 s/step, 28 min (41 min at 20% MFU) |
 #   | `t5-base-24gb` | nanoT5's T5-Base run with each batch of 128 as 4 micro-batches of 32 (`optim.grad_acc=4`) | bf16, 32 | 17.3 GiB: a 24 GB card or an A100-40GB | L4: 27 h; A100: 10.6 h |
-#   | `t5-base` | nanoT5's T5-Base: C4, T5's vocabulary, batch 128 of 512 → 114 tokens, 65,536 steps, AdamWScale 2e-2, cosine, `torch.compile` | bf16, 128 | 56.7 GiB: an 80 GB card | A100: 10.6 h; H100: 3.3 h |
+#   | `t5-base` | nanoT5's T5-Base: C4, T5's vocabulary, batch 128 of 512 → 114 tokens, 65,536 steps, AdamWScale 2e-2, cosine, `torch.compile` | bf16, 128 | 56.7 GiB: a card with 79 GiB (A100-SXM4-80GB, H100) | A100: 10.6 h; H100: 3.3 h |
 #
 #   `t5-base-16h` is nanoT5's best time budget (batch 256 as 2 × 128). On a GPU without bf16 (T4, V100), a bf16
 #   preset stops at once with a `ConfigError` that names `train.precision=fp16` and `fp32`; a step that runs out of
