@@ -9,7 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-benchmarks/results/cpu_$(date +%F)}
 shift || true
-NAMES=${*:-tokenizer spans optim model stream stream_stalls}
+NAMES=${*:-tokenizer spans optim model stream stream_stalls objectives}
 mkdir -p "$OUT"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1  # each script sets TOKENIZERS_PARALLELISM itself
 {

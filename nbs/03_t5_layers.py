@@ -279,7 +279,8 @@ test_eq(relative_position_bucket(-torch.tensor([15, 16, 112, 113]), bidirectiona
 # the last one (which the log formula, truncated to an integer, already reaches at 91); keys after the query use
 # a second set of 16 (buckets 16–31; offset 0 is bucket 0, so bucket 16 itself is never used). The
 # decoder only looks back, so it spends all 32 buckets on the past: 16 exact, 16 log-spaced. Its keys
-# after the query are masked out by the causal mask (the function maps them to bucket 0, never used).
+# after the query are masked out by the causal mask (the function maps them to bucket 0, the bucket of offset 0, but
+# the mask means those entries are never used).
 
 # %%
 offsets = torch.arange(-200, 201)

@@ -147,8 +147,9 @@ print(f"state after 5 batches: epoch {state['epoch']}, position {state['position
 # ## Streamed corpora: why a GPU needs data workers
 #
 # C4 does not fit in memory, so it is read as a stream and tokenized, packed and corrupted on the way. How
-# fast must that be? nanoT5's step (T5-Base, batch 128 rows of 568 raw tokens, which span corruption turns into 512
-# encoder and 114 target tokens: [02](02_span_corruption.ipynb)) is 54.5 TFLOP (`flops_per_step`, counted in
+# fast must that be? A T5-Base step at T5's batch of 128 rows of 568 raw tokens (span corruption turns each into 512
+# encoder and 114 target tokens: [02](02_span_corruption.ipynb); the batch of nanoT5's published runs)
+# is 54.5 TFLOP (`flops_per_step`, counted in
 # [07](07_config.ipynb)); an H200 (989
 # TFLOP/s dense bf16) at 50% MFU does one in about a tenth of a second, so it consumes about **660k raw tokens per
 # second** (the cell below prints it). Here is what one process does, on a few speeches of the embedded corpus, with
@@ -190,8 +191,9 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # `torch.utils.data.DataLoader` **worker processes** (processes, not threads: Python's global interpreter lock
 # lets only one thread run Python code at a time), one core each, a few batches ahead; the training process
 # only receives finished batches. `data.num_workers` sets how many: by default the cores left per process, at
-# most 8, nanoT5's number (`data.num_workers` in nanoT5's `configs/default.yaml`). With a core each, workers add
-# up: a few at the printed pipeline speed cover the 660k, and more leave headroom for a faster GPU and for bursts.
+# most 8, nanoT5's number (`data.num_workers` in nanoT5's `configs/default.yaml`). If each worker has a core of its
+# own, their speeds should add up (not measured here: Try it 3): a few at the printed pipeline speed would cover the
+# 660k, and more leave headroom for a faster GPU and for bursts.
 #
 # ## How a stream resumes
 #
@@ -487,7 +489,7 @@ def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, mi
 # 3. Why does each process slice the global batch by its rank, instead of drawing its own rows with its own seed?
 # 4. What does `BatchStream` do with the rows that do not fill the last global batch of an epoch? Why is that harmless
 #    here?
-# 5. An A100 (312 TFLOP/s dense bf16) at an MFU of `0.4` on nanoT5's step (54.5 TFLOP, 128 rows of 568 raw tokens):
+# 5. An A100 (312 TFLOP/s dense bf16) at an MFU of `0.4` on the T5-Base step above (54.5 TFLOP, 128 rows of 568 raw tokens):
 #    how many raw tokens per second must the data pipeline supply?
 # 6. **Predict, then run:** in the speed cell, which is faster, the tokenizer alone or tokenize + pack + corrupt, and
 #    by how much?

@@ -67,7 +67,8 @@ model = T5(dataclasses.replace(MODEL_PRESETS["tiny"], num_layers=1, num_decoder_
 # ## One config tree
 #
 # Every knob lives in one dataclass tree with commented defaults. The presets: `cpu-demo` (the default:
-# tiny model, embedded corpus, about ten minutes on 2 CPU cores: [05](05_pretraining.ipynb)), `t5-base` (nanoT5's T5-Base on C4, for an 80 GB GPU)
+# tiny model, embedded corpus, minutes rather than hours on 2 CPU cores: [05](05_pretraining.ipynb)), `t5-base` (T5-Base
+# on C4 with nanoT5's schedule and lr at T5's batch of 128 rows a step, for an 80 GB GPU)
 # and `t5-base-16h` (nanoT5's 16-hour budget), and for smaller GPUs `t5-base-24gb` (the same run in micro-batches
 # of 32) and `colab-t4` (a T5-Small-sized model in fp16 for Colab's free T4). Their memory comes from
 # `estimate_memory` and their time from `estimate_time`, both built in "Memory you can predict" below (the table
@@ -75,7 +76,7 @@ model = T5(dataclasses.replace(MODEL_PRESETS["tiny"], num_layers=1, num_decoder_
 # difference from nanoT5 is kept on purpose: every preset uses the LM-head init fix of
 # [03b](03b_t5_model.ipynb) (`model.lm_head_init_fix=true`); nanoT5's published C4 loss of 1.953
 # ([04](04_optimizers.ipynb)) comes from HF's std-1 head,
-# so to reproduce nanoT5 exactly add `model.lm_head_init_fix=false`. The
+# so to match nanoT5's init add `model.lm_head_init_fix=false`. The
 # command line overrides any field as `key=value` (`optim.lr=1e-3`), through OmegaConf, which checks types
 # and keys; an unknown key fails with the closest valid names.
 
@@ -309,8 +310,9 @@ test_fail(lambda: validate_config(make_config("cpu-demo", ["logging.tracker=no_s
 # Model FLOPs utilisation = achieved FLOP/s ÷ the device's peak. The FLOPs of one step are 3× the forward
 # (backward ≈ 2× forward): every matmul does 2 FLOPs per multiply-add, over encoder tokens (`B·L_in`) for
 # the encoder and the cross-attention keys/values, and over decoder tokens (`B·L_tgt`) for the rest,
-# plus the attention score and value products. For nanoT5's step (T5-Base, batch 128, 512 → 114) this must
-# give 54.5 TFLOP.
+# plus the attention score and value products. For a T5-Base step at T5's batch of 128 rows (512 → 114 tokens) it
+# gives 54.5 TFLOP. 128 rows is the batch of the runs whose losses and step times nanoT5's README reports (one
+# version of its default config file holds 144: check the config of any run you compare with).
 
 # %%
 #| export
@@ -538,7 +540,7 @@ for precision, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
 test_eq(est["parameters"], model.num_parameters())
 
 # %% [markdown]
-# What fits where. nanoT5's T5-Base step (`t5-base`: micro-batch 128 of 512 → 114 tokens, bf16), and the same
+# What fits where. The `t5-base` preset's step (micro-batch 128 of 512 → 114 tokens, bf16), and the same
 # batch in 2 or 4 micro-batches (`optim.grad_acc`), by part, on a GPU (estimates, not measurements; GiB):
 
 # %%
@@ -555,7 +557,7 @@ for grad_acc in (1, 2, 4):
 test_close(base_total / 2**30, 57, eps=1); test_close(base4_total / 2**30, 17, eps=1); test_close(base_saved / 2**30, 11, eps=1)
 
 # %% [markdown]
-# At nanoT5's micro-batch of 128 the activations are most of the ≈ 57 GiB: by the estimate it fits an 80 GB card, not
+# At the preset's micro-batch of 128 the activations are most of the ≈ 57 GiB: by the estimate it fits an 80 GB card, not
 # a 40 GB one; `grad_acc=4` (micro-batch 32, the same optimizer step) brings it to ≈ 17 GiB, under a 24 GB card's.
 # Keeping the residual stream in 16 bits, as nanoT5's model does (PiotrNawrot/nanoT5#31), would bring micro-batch 128
 # from ≈ 57 to 45 GiB by this count (the last column: the norms' inputs and outputs in 16 bits, and one 16-bit input
@@ -566,8 +568,8 @@ test_close(base_total / 2**30, 57, eps=1); test_close(base4_total / 2**30, 17, e
 #
 # These are estimates, and one GPU run has measured two of them (`benchmarks/gpu_check.sh` on an H200,
 # `benchmarks/results/h200_2026-12-04/gpu_check.json`): the bf16 step's peak memory was 19.6 GiB at micro-batch 32
-# and 68.5 GiB at micro-batch 128, 1.13 and 1.21 times the estimate (the file's `peak_over_estimate`). So the
-# estimate runs low at these sizes: read it as a floor and leave room. Both measured peaks still fit the cards named
+# and 68.5 GiB at micro-batch 128, both uncompiled, 1.13 and 1.21 times the estimate (the file's `peak_over_estimate`).
+# So the estimate runs low at these sizes: read it as a floor and leave room. Both measured peaks still fit the cards named
 # above (24 GB, 80 GB); `grad_acc=2` on a 40 GB card was not measured and has less room to spare. A run that still
 # runs out of memory stops with a `TrainingError` that names the micro-batch, this estimate and the `optim.grad_acc`
 # that fits (the appendix at the end of this lesson).
@@ -594,13 +596,14 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 # - Every knob lives in one dataclass tree; presets are dotlists over its defaults, and `key=value` overrides go
 #   through OmegaConf, so an unknown key or a bad value fails at once, with the closest valid names.
 # - Whatever can be checked without compute is checked before any data or model is built (`validate_config`).
-# - One training step costs 3 × the forward FLOPs; for nanoT5's T5-Base step that is 54.5 TFLOP, and the hand count
+# - One training step costs 3 × the forward FLOPs; for a T5-Base step of 128 rows that is 54.5 TFLOP, and the hand count
 #   agrees with `FlopCounterMode` within 1%.
-# - MFU = achieved FLOP/s ÷ the device's peak: nanoT5's 0.56 s/step on an A100 comes to 31% MFU by our FLOP count
-#   (nanoT5 reports the step time, not an MFU); on a CPU the peak is measured with a large matmul.
+# - MFU = achieved FLOP/s ÷ the device's peak: nanoT5's 0.56 s/step on an A100 comes to 31% MFU by our count of a
+#   128-row step (nanoT5 reports the step time, not an MFU); on a
+#   CPU the peak is measured with a large matmul.
 # - A step's memory is weights (4 bytes per parameter), gradients (4), AdamW's moments (8), 16-bit weight copies (2),
 #   and activations and logits, which grow with the micro-batch × tokens × layers.
-# - nanoT5's micro-batch of 128 needs about 57 GiB by the estimate; `optim.grad_acc=4` gives the same optimizer step
+# - The `t5-base` micro-batch of 128 needs about 57 GiB by the estimate; `optim.grad_acc=4` gives the same optimizer step
 #   in about 17 GiB.
 # - (Appendix) fp16 needs loss scaling; the demo model, with fp32 master weights and residual stream, stays far below
 #   fp16's largest number.

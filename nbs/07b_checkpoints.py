@@ -11,7 +11,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/nanot5-edu/nanot5_edu"], check=True)
 
 # %% [markdown]
-# A run of T5-Base takes a day, and on a shared cluster, a spot instance or Colab something stops it before it ends:
+# A run of T5-Base takes many hours ([07](07_config.ipynb) estimates them), and on a shared cluster, a spot instance or Colab something stops it before it ends:
 # `kill -9`, a scheduler's SIGTERM, a power loss, a disk that fills up, a copy to Drive cut off halfway. This lesson
 # builds the checkpoint that makes such a stop cheap. It holds the run's whole state (weights, optimizer and schedule,
 # every random generator, and the data stream's position of [06](06_streams.ipynb)), so that a resumed run draws exactly

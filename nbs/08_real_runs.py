@@ -82,8 +82,8 @@ cpu_peak = {torch.bfloat16: matmul_peak_flops(torch.bfloat16)}  # 07: the CPU's 
 # its own share of the batch, and averages the gradients across processes after every backward pass; **gloo**
 # is PyTorch's communication backend for CPUs, which is how the tests run two DDP processes on a laptop (GPUs use
 # NCCL); **TF32** is an NVIDIA matmul mode for fp32 inputs with a 10-bit mantissa, several times faster than
-# full fp32, which `fit` turns on for every matmul that runs in fp32 (all of them in an fp32 run, the few that
-# autocast leaves in fp32 in a bf16 run).
+# full fp32, which `make_accelerator` (below) turns on on a GPU for every matmul that runs in fp32 (all of them in an
+# fp32 run, the few that autocast leaves in fp32 in a bf16 run).
 
 # %% [markdown]
 # ### Step 1: a logging window and evaluation
@@ -629,9 +629,9 @@ def train(cfg: Config) -> dict:
 # the held-out token accuracy, and the gradient norm with the learning rate. One thing to know when
 # reading it: the training loss is logged as the mean over each logging window (`logging.every_steps=50` in the
 # demo), so the point at step `s` averages losses from models up to a window younger, while the held-out loss is
-# measured on the weights of step `s` itself. Early in training, when the loss falls fast, that lag alone puts the
-# training curve *above* the held-out one, so the gap is no sign by itself that the held-out rows are easier. The
-# quick run below (a window of 3 steps) shows such a gap: at step 6 the window's mean loss is 8.80, the held-out loss
+# measured on the weights of step `s` itself. Early in training, when the loss falls fast, that lag can by itself put
+# the training curve *above* the held-out one, so the gap is no sign by itself that the held-out rows are easier. The
+# quick run below (a window of 3 steps) shows such a gap (one run: it does not separate the lag from other causes): at step 6 the window's mean loss is 8.80, the held-out loss
 # 8.41 (its `loss.png` is in its run directory, `summary["loss_plot"]`).
 
 # %%

@@ -770,3 +770,71 @@ if saved:
         ax.set_title(title, fontsize=10); ax.set_xlabel("nats per token")
     axes[0].legend(fontsize=8)
     plt.tight_layout(); plt.show()
+
+
+# %% [markdown]
+# Which differences can three seeds rank? For each score, the setups in order of their mean, and for each neighbour
+# in that order whether the two sets of seeds are **separated** (every seed of one better than every seed of the
+# other) or overlap:
+
+# %%
+def ranking(saved, metric: str, higher_is_better: bool = False) -> str:
+    groups = {name: [r[metric] for r in rs] for name, rs in by_setup(saved).items()}
+    order = sorted(groups, key=lambda n: statistics.mean(groups[n]), reverse=higher_is_better)
+    parts = [f"{order[0]} ({statistics.mean(groups[order[0]]):.3f})"]
+    for a, b in zip(order, order[1:]):
+        worse, better = (groups[b], groups[a])
+        apart = (min(better) > max(worse)) if higher_is_better else (max(better) < min(worse))
+        parts.append(f"{'<' if not higher_is_better else '>'}{'' if apart else '≈'} {b} ({statistics.mean(groups[b]):.3f})")
+    return f"{metric}: " + " ".join(parts)
+
+if saved:
+    for metric, higher in (("span_filling_loss", False), ("continuation_loss", False), ("sni_loss", False),
+                           ("span_gain", True), ("document_gain", True)):
+        print(ranking(saved, metric, higher))
+
+# %% [markdown]
+# FINDINGS_PLACEHOLDER
+
+# %% [markdown]
+# ## Try it
+#
+# - **A setup of your own** from the command line, e.g. a decoder-only prefix LM:
+#   `nanot5-edu pretrain cpu-demo model.architecture=decoder-only model.num_layers=2 data.objective=prefix_lm`
+#   (`--print-config` first shows what it will run). An encoder-decoder with `data.objective=causal_lm` stops at
+#   once with the list of valid setups.
+# - **Longer runs**: set `T5_STEPS = 3000` (the CPU demo's length) and re-run the slow cells with one seed
+#   (`SEEDS = (0,)`, about 40 minutes on 2 cores): does the order of the setups on (a) and (b) hold when the
+#   encoder has had the demo's compute?
+# - **Equal steps instead of equal FLOPs**: give every setup `T5_STEPS` steps. Which differences grow, and why is
+#   that comparison unfair to the encoder-decoder?
+
+# %% [markdown]
+# ## What you learned
+#
+# - An encoder-decoder and a decoder-only model can be built from the same blocks; what separates a GPT-style
+#   language model from a prefix LM is the attention mask alone (`prefix_lm_mask`).
+# - An objective is a way of cutting the same text into inputs and targets: span corruption, prefix LM, causal LM,
+#   and UL2's mixture of span corruptions and a prefix LM with a mode token in front.
+# - A fair comparison fixes the training FLOPs: a decoder-only model with the encoder-decoder's blocks spends about
+#   twice the FLOPs per example, so at equal compute it takes about half the steps.
+# - Every setup must be scored on the same rows, by tasks it was and was not trained for, beside a trivial baseline,
+#   with seeds; what three seeds at a CPU's scale separate is printed above, and what they do not separate is not a
+#   finding.
+#
+# ## Questions
+#
+# 1. Why does the decoder-only model use T5's *bidirectional* relative-position buckets? What would change for the
+#    causal LM if it used the decoder's unidirectional buckets, and what for the prefix LM?
+# 2. `prefix_lm_mask(L, P)` lets a prefix position see the whole prefix. Why must it not see the targets, even
+#    though the targets come from the same text?
+# 3. The decoder-only LM reads the corrupted row of (a) as a prefix. Which tokens of the targets can it never have
+#    learned to predict, and how does that show in its span-filling loss?
+# 4. At equal FLOPs the decoder-only setups take fewer steps than T5. Compute the ratio from the step counts printed
+#    above, and explain it from `flops_per_step` without running anything.
+# 5. UL2 puts a mode token in front of every input. Which mode token does the lesson give UL2 for (a), (b) and
+#    (c), and why those?
+# 6. Which of the lesson's differences would you expect to change sign at T5-Base scale, and which experiment
+#    (compute, model size, data) would you run first to find out?
+#
+# Exercises: `exercises/09c_objectives.ipynb` (`prefix_lm_mask`, `ul2_example_lengths`).

@@ -13,11 +13,15 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # %% [markdown]
 # `accelerate launch` starts one Python process per device and runs a script or a module in each. This cell
 # becomes `nanot5_edu/__main__.py`, so `python -m nanot5_edu pretrain` is the same as `nanot5-edu pretrain`,
-# and several GPUs (or CPU processes) are one command:
+# and several GPUs are one command:
 #
 # ```bash
 # accelerate launch --num_processes 4 -m nanot5_edu pretrain t5-base
 # ```
+#
+# (With more than one GPU and no `accelerate config`, the launcher turns on `--multi_gpu` itself. Several CPU processes
+# need `--multi_gpu` written out, as the repository's tests launch them: without a GPU (and no `accelerate config`) the
+# command above starts one process.)
 #
 # (It does not run inside the notebook: here `__name__` is `"__main__"` too, and it would read the notebook
 # runner's own arguments.)
