@@ -155,8 +155,9 @@ test_eq((enc_cache.cross_attn, dec_cache.cross_attn.k.shape), (None, (2, cfg.num
 # pads its targets; with padding on the right the causal mask already hides those positions from every real one, so
 # the decoder's mask changes no loss, and it makes the decoder's bias one [batch, heads, L, L] tensor instead of
 # [1, heads, L, L]). Masked entries get **half the most negative value of the compute dtype**
-# (`torch.finfo(dtype).min / 2`) and stay finite: float32's minimum becomes `-inf` once cast to 16 bits, a 16-bit dtype's own
-# minimum (HF's choice) once a negative score is added to it, and a row whose keys are all padding is then all
+# (`torch.finfo(dtype).min / 2`) and stay finite: float32's minimum becomes `-inf` once cast to 16 bits, fp16's own
+# minimum (HF's choice) once a large enough negative score is added to it (in bf16 the sum rounds back to the
+# minimum), and a row whose keys are all padding is then all
 # `-inf`, whose textbook softmax is `nan`. torch's attention kernels special-case such rows (finite either way on a 2-core CPU and on an H200:
 # `benchmarks/fp16_path.py`, results in `benchmarks/results/`), so this is a safeguard for any code that does not. The bias is cast to the compute
 # dtype (autocast's, when it is on) **once per stack**: every block shares one tensor, instead of each keeping its
@@ -423,7 +424,8 @@ class T5(nn.Module):
 
 # %% [markdown]
 # Parameter counts of the presets, built on PyTorch's `meta` device (tensors with shapes and no data: nothing is
-# allocated or initialised, so even Base costs no memory); T5-Base must be exactly nanoT5's 247,577,856:
+# allocated or initialised, so even Base costs no memory); T5-Base must come out at exactly 247,577,856, T5-v1.1-Base with
+# its untied head as nanoT5 pre-trains it (nanoT5's README gives the count rounded to millions):
 
 # %%
 with torch.device("meta"):
@@ -562,7 +564,7 @@ print("logits and gradients equal HF on", len(test_configs), "configs (logits wi
 # must be identical to HF's `generate(do_sample=False)` (HF's own cache crashes when the decoder is deeper
 # than the encoder, so there we compare with `use_cache=False`). The models are untrained, so the ids are
 # arbitrary: what matters is that ours and HF's agree token for token. Each printed tensor is one test config's
-# batch of 4 (start token 0, then 12 generated ids). The all-zero one is the config with a tied head: at init the
+# batch of 4 (start token 0, then 12 generated ids). The all-zero one is the config with a tied head. Our reading, not measured here: at init the
 # decoder's output still carries, through the residual stream, the embedding of its input token, and a head that
 # *is* the embedding matrix scores that same token highest — the start token 0, again and again.
 
@@ -664,8 +666,8 @@ assert 5 < ratio["tiny"] < 8 and 9 < ratio["t5-v1_1-base"] < 13                 
 assert all(1 <= measured[n]["fixed, d_model^-½"][1] < 1.1 for n in measured)     # just above ln V
 
 # %% [markdown]
-# So with HF's init (and nanoT5's) the first steps of training are spent shrinking the head, not learning
-# language (nanoT5#25).
+# So with HF's init (and nanoT5's) training starts from logits far too large and a loss many times `ln V`
+# (nanoT5#25 reports the std-1 head); what that start costs later in training, this lesson does not measure.
 
 # %% [markdown]
 # ## What you learned
@@ -675,12 +677,13 @@ assert all(1 <= measured[n]["fixed, d_model^-½"][1] < 1.1 for n in measured)   
 #   RMSNorm.
 # - A stack computes block 0's position bias once, adds the padding (or causal) mask to it and hands the sum to
 #   every block; cross-attention gets only the encoder's padding mask.
-# - The init sets every std from the layer's fan-in (embeddings: 1) and puts attention's `1/√d_kv` into `q`. HF's std-1 untied LM
+# - The init sets each weight matrix's std from its fan-in (embeddings 1, the position-bias table `d_model^-½`) and
+#   puts attention's `1/√d_kv` into `q`. HF's std-1 untied LM
 #   head starts the loss at ≈ 7× ln V for `tiny` and ≈ 10× for Base; `d_model^-½` starts it just above ln V.
 # - With the same weights and inputs, our whole models give HF's logits and gradients within 1e-4, the state
 #   dicts convert both ways (`from_hf`, `to_hf`, `save_pretrained`), and greedy generation with our KV cache gives
 #   HF's tokens.
-# - T5-Base has exactly nanoT5's 247,577,856 parameters; `tiny` has 13.6M.
+# - T5-Base (v1.1, untied head, as nanoT5 pre-trains it) has exactly 247,577,856 parameters; `tiny` has 13.6M.
 #
 # ## Questions
 #

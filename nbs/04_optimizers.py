@@ -13,7 +13,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # %% [markdown]
 # T5 was trained with Adafactor. nanoT5 (arXiv [2309.02373](https://arxiv.org/abs/2309.02373);
 # [github.com/PiotrNawrot/nanoT5](https://github.com/PiotrNawrot/nanoT5)) found that plain AdamW diverges on T5 at
-# useful learning rates and, ablating the differences between the two optimizers one at a time, that one matters:
+# useful learning rates and, through several ablations of the differences between the two optimizers, that one matters:
 # Adafactor scales each tensor's step by the tensor's own size, its RMS. AdamW with that one change — **AdamWScale**
 # — and a cosine schedule reached a lower C4 loss than Adafactor in nanoT5's runs (1.953 vs 1.993, one run each).
 #
@@ -182,7 +182,8 @@ test_eq(late["adamw"].max() / late["adamw"].min() > 50, True)
 # (the floor lets a tensor at or near zero move at all). A tensor's *effective* learning rate becomes
 # `lr · max(1e-3, RMS(θ))`. Below we measure that the fractions become about equal; that this is *why* AdamWScale
 # trains where plain AdamW diverges is nanoT5's finding by ablation at T5-Base scale, not something this lesson
-# proves (the comparison of [05c](05c_optimizer_grid.ipynb) is consistent with it at one small scale).
+# proves (the comparison of [05c](05c_optimizer_grid.ipynb), at one small scale, finds AdamWScale ahead of plain AdamW but
+# could not reproduce plain AdamW's divergence).
 #
 # ## AdamWScale, implemented
 #
@@ -314,7 +315,8 @@ test_eq(late["adamw"].max() / late["adamw"].min() > 10 * late["adamwscale"].max(
 # %% [markdown]
 # With AdamWScale no tensor moved by more than 0.965 × lr of its size in any step (a tensor's RMS change: a single
 # weight can still move by more than lr × RMS(θ), when its m̂/√v̂ exceeds 1), and over the last 50 steps the tensors
-# span 0.13–0.32 × lr: a factor of 2.5 instead of 96.3, below lr because m̂ averages gradients that change sign. Adafactor (no momentum in nanoT5's
+# span 0.13–0.32 × lr: a factor of 2.5 instead of 96.3, and below lr (m̂/√v̂ falls below 1 when the gradients change
+# sign, as the first section says, though this run does not isolate that as the reason). Adafactor (no momentum in nanoT5's
 # setting, and update clipping to `RMS(update) ≤ 1`) stays closest to lr: 0.72–0.99 × lr, a factor of 1.4. One
 # learning rate now means about the same fractional step for every tensor.
 

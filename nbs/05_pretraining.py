@@ -591,7 +591,7 @@ Image(filename=demo["loss_plot"])
 # `evaluate`'s three losses over the gain rows again, split by the kind of target token: sentinels and EOS (the
 # target's structure), span tokens that also stand somewhere in the row's own input, and the other span tokens;
 # `gain_table` prints the result. The split adds back up to the whole: the share-weighted gains of the three kinds
-# equal `evaluate`'s, on the check model above (untrained, two batches: its gains of ±0.01–0.02 are noise; 05b reads
+# equal `evaluate`'s, on the check model above (untrained, two batches: its gains, none larger than 0.02 in size, are noise; 05b reads
 # the table on the demo model).
 
 # %%
