@@ -79,7 +79,7 @@
 # | 10 | [cli](nbs/10_cli.ipynb) | the `nanot5-edu` command line: one argument style, `--print-config`, relaunching a run from its `config.yaml` | 07, 08, 09 | ≈ 40 min | 81 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/10_cli.ipynb) |
 # | 11 | [main](nbs/11_main.ipynb) | `python -m nanot5_edu`, what `accelerate launch -m nanot5_edu` starts in every process | 10 | ≈ 5 min | < 1 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/11_main.ipynb) |
 #
-# **Exercises**: [`exercises/`](exercises/) has one notebook for each lesson with code, 01 to 09 (25 functions to write, each with a check cell that compares it with two independent references and gives a hint; see [90_exercises](nbs/90_exercises.ipynb)). Every lesson (but the one-cell 11) ends with what you learned, questions and experiments to try.
+# **Exercises**: [`exercises/`](exercises/) has one notebook for each lesson with code, 01 to 09c (27 functions to write, each with a check cell that compares it with two independent references and gives a hint; see [90_exercises](nbs/90_exercises.ipynb)). Every lesson (but the one-cell 11) ends with what you learned, questions and experiments to try.
 #
 # | lesson | exercises (functions to write) |
 # |---|---|
@@ -95,6 +95,7 @@
 # | [07b checkpoints](exercises/07b_checkpoints.ipynb) | `atomic_write`, `checkpoint_problem` |
 # | [08 real runs](exercises/08_real_runs.ipynb) | `nan_step` (the NaN guard's step) |
 # | [09 fine-tuning](exercises/09_finetuning.ipynb) | `rouge_l`, `exact_match` |
+# | [09c objectives](exercises/09c_objectives.ipynb) | `prefix_lm_mask`, `ul2_example_lengths` (a UL2 denoiser's example) |
 #
 # A teacher grades a student's filled-in notebook with `python tools/grade.py FILE` (each exercise in a process of its own with a time limit; `--csv`/`--junit` for a gradebook) and hands out copies without the solutions with `python tools/student_copy.py`.
 #
