@@ -281,7 +281,8 @@ test_fail(lambda: load_files(str(tmp / "one" / "all.txt"), txt_doc_per_file=True
 # `langdetect` calls English with probability ≥ 0.99. What remains is ≈ 365M documents, ≈ 750 GB of text —
 # compare the 12 MB above.
 #
-# We stream it, so nothing is downloaded up front, with nanoT5's exact code path. Two ways it can fail,
+# We stream it, so nothing is downloaded up front, as nanoT5 does (`datasets.load_dataset` with `streaming=True`,
+# keeping only the `text` column). Two ways it can fail,
 # both turned into one clear message:
 #
 # - **Offline on purpose.** `HF_HUB_OFFLINE`/`HF_DATASETS_OFFLINE` say "never touch the network" (CI, a
@@ -289,7 +290,7 @@ test_fail(lambda: load_files(str(tmp / "one" / "all.txt"), txt_doc_per_file=True
 #   opening a socket, and name the setting and the local-files alternative.
 # - **Offline by accident.** Otherwise we just try. Probing the hub ourselves first would cost a network
 #   round trip on every call and still not prove that the download works, so we don't. If `datasets` cannot
-#   reach the hub (the hub client retries a few times first, which takes some seconds), its connection error is
+#   reach the hub (finding that out can take some seconds), its connection error is
 #   re-raised as a `CorpusError` with the same advice.
 #
 # C4 on the hub is a folder of gzipped JSON-lines shards (`en/c4-train.00000-of-01024.json.gz`, …), one
@@ -500,8 +501,8 @@ print(format_stats(stats))
 # address has stayed between about 2,000 and about 11,000 words. (Not every dot labelled spoken was: the one at about
 # 28,000 words in 1946 is Truman's message, which he sent in writing, and so were Coolidge's messages of 1925–1928 and
 # Hoover's of 1929, among them the 10,995 words of 1929-Hoover-1 printed below; the package's metadata labels them all
-# spoken.) Written messages still appeared now and then, and they are
-# the longest of all: Carter's last two (1980 and 1981). Each dot is a speech; the
+# spoken.) Written messages still appeared now and then, and the two longest speeches of all are
+# written: Carter's last two written messages (1980 and 1981). Each dot is a speech; the
 # validation speeches (orange) sit along the whole timeline, as the split rule intends. Under the plot, each
 # era's shortest, median and longest speeches:
 

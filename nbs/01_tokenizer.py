@@ -266,8 +266,9 @@ test_eq(unigram(valid_texts[:2], padding=True, truncation=True, max_length=4).in
 # %% [markdown]
 # ## What the vocabulary looks like
 #
-# Left: a typical piece is 5–8 characters long — most of the vocabulary is whole words (with the `▁` word-start
-# marker), with short pieces for the stems and endings that rare words are built from. Middle: each distinct
+# Left: a typical piece is 5–8 characters long — long enough to be a whole common word (`▁Congress` and
+# `▁appropriations` above are one piece each), beside short pieces for the stems and endings that rare words are built
+# from (`ment`, `ly` above). Middle: each distinct
 # word of the 20,000 most frequent is counted once, and whitespace "words" keep their punctuation (`Congress,` is
 # `▁Congress` + `,`), so many take 2 tokens; weighted by how often words occur, the average is the 1.2 pieces
 # per word measured above. Right: documents are long — the median speech is several thousand tokens, so a

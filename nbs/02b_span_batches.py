@@ -253,8 +253,8 @@ for name, fn in [("topk draft", topk_cuts), ("random_cuts", random_cuts)]:
 
 
 # %% [markdown]
-# The check that `random_cuts` is exactly uniform (on cases small enough to count every possible set) is in
-# the appendix: it tests the sampler, and nothing below needs it.
+# The check that `random_cuts` draws every possible set equally often, within sampling noise (on cases small enough
+# to count every possible set), is in the appendix: it tests the sampler, and nothing below needs it.
 
 # %% [markdown]
 # From the cuts, the span lengths and the mask follow as in HF's reference code: interleave gap and span lengths,
@@ -588,7 +588,8 @@ test_eq(next(iter(loader))["input_ids"].shape, (16, 128))
 # %% [markdown]
 # ## Appendix: is `random_cuts` exactly uniform?
 #
-# `random_cuts` is built in "Going faster"; this checks that its cut sets are exactly uniform.
+# `random_cuts` is built in "Going faster"; this checks that its cut sets are uniform, within sampling noise (the
+# argument for *exactly* uniform is the symmetry one given there).
 
 # %% [markdown]
 # Exactly uniform? On cases small enough to enumerate — 2 values out of 6 or out of 9, every pair one possible

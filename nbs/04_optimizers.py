@@ -12,8 +12,8 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 
 # %% [markdown]
 # T5 was trained with Adafactor. nanoT5 (arXiv [2309.02373](https://arxiv.org/abs/2309.02373);
-# [github.com/PiotrNawrot/nanoT5](https://github.com/PiotrNawrot/nanoT5)) found that plain AdamW diverges on T5 at
-# useful learning rates and, through several ablations of the differences between the two optimizers, that one matters:
+# [github.com/PiotrNawrot/nanoT5](https://github.com/PiotrNawrot/nanoT5)) found that T5 pre-training with plain AdamW
+# diverged and, through several ablations of the differences between the two optimizers, that one matters:
 # Adafactor scales each tensor's step by the tensor's own size, its RMS. AdamW with that one change — **AdamWScale**
 # — and a cosine schedule reached a lower C4 loss than Adafactor in nanoT5's runs (1.953 vs 1.993, one run each).
 #
@@ -515,7 +515,8 @@ for a, b in zip(straight.parameters(), resumed.parameters()):
 # For Adafactor we use **`transformers.optimization.Adafactor`**, as nanoT5 did: fixed learning rate
 # (`relative_step=False`), `scale_parameter=True` (the RMS scaling above), no momentum, update clipping at 1, β2
 # decay `t^-0.8`. (`torch.optim.Adafactor` always caps the step at `min(lr, 1/√t)`: a different optimizer.) Plain
-# AdamW is `torch.optim.AdamW` (foreach, eps 1e-6 like AdamWScale). `get_optimizer` builds any of the three;
+# AdamW is `torch.optim.AdamW` (foreach, eps 1e-6 like AdamWScale); nanoT5 used `transformers`' own AdamW, since
+# removed from the library, which puts eps on the un-corrected √v as AdamWScale does. `get_optimizer` builds any of the three;
 # weight decay, when asked for, skips biases and norms (nanoT5's rule).
 
 # %%
@@ -576,8 +577,8 @@ test_fail(lambda: get_optimizer("adamwscale", m.parameters(), 0), contains="must
 # - Check an optimizer against a hand computation in plain floats, and against a library where the two must agree.
 # - A schedule's knee belongs at a *fraction* of the run: T5's legacy schedule is flat in a short run.
 # - `foreach` runs the same update as fused ops over all tensors, with no value read back to the CPU.
-# - The baselines come from libraries, set as nanoT5 set them (`transformers`' Adafactor, not torch's); weight decay
-#   skips biases and norms.
+# - The baselines come from libraries: Adafactor set as nanoT5 set it (`transformers`' Adafactor, not torch's), and
+#   torch's AdamW in place of `transformers`' removed one (eps on the corrected √v̂); weight decay skips biases and norms.
 #
 # ## Questions
 #

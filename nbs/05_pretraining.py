@@ -108,7 +108,7 @@ assert np.mean(losses[-10:]) < losses[0] - 2                        # it learns:
 # float with fp32's exponent range and 8 significant bits, 7 of them stored): half the memory traffic, and on a GPU its tensor
 # cores. The weights, their gradients and the optimizer state stay fp32 (the "master weights"), so updates far
 # smaller than a weight are not rounded away, and because bf16 has fp32's range no loss scaling is needed (fp16
-# would need it: lesson [07](07_config.ipynb)'s appendix on fp16). The loss moves by about bf16's precision, no more:
+# would need it: lesson [07](07_config.ipynb)'s appendix on fp16). The loss moves, but only in its fourth decimal, far less than one bf16 rounding step of a number near 5:
 
 # %%
 batch = collate(rows[:16])
@@ -184,8 +184,8 @@ for a, b in zip(whole, accumulated):
 # `eval_loss_same_document` and `eval_loss_other_document`; `eval_loss_shuffled_encoder` is (c) again, under the
 # name it had before the gain was split (older logs use it). A streamed corpus has no end to draw from: its evaluation rows are
 # its first `eval.batches × eval.batch_size` packed rows (settings of the config tree of lesson [07](07_config.ipynb)), and every evaluation reports how many documents they
-# cover (`eval_documents`) and how many rows have both partners (`eval_gain_rows`; few on C4, whose documents
-# are mostly shorter than a row).
+# cover (`eval_documents`) and how many rows have both partners (`eval_gain_rows`; expect few on C4, whose documents
+# are web pages, often shorter than a row: not measured in this course).
 #
 # Rows of one speech are not independent samples, so the uncertainty is a bootstrap **over documents**:
 # resample the documents with replacement 1,000 times and recompute each gain; `span_gain_ci95` and its
@@ -503,9 +503,10 @@ Image(filename=demo["loss_plot"])
 # %% [markdown]
 # The saved output: this cell found the finished run in `../runs/cpu-demo-notebook` (made by the same recipe with
 # `nanot5-edu pretrain`) and only evaluated it, which is why it printed "resumed … at step 3000"; run in a fresh
-# folder, the cell trains. Timing: no run of this recipe recorded its wall-clock time on an idle machine. The copy of
+# folder, the cell trains. Timing: no whole run of this recipe recorded its wall-clock time on an idle machine. The copy of
 # the run in `results/demo_run.json` (the same numbers) logged 142 ms to 5,436 ms a step while it shared the machine with other
-# jobs, so those are not a timing of the recipe. Held-out loss 9.441 at the first evaluation → **4.324** after 3,000 steps, far below the per-position
+# jobs, so those are not a timing of the recipe; lesson 05b's recipe screen timed this recipe's training step alone
+# (evaluation left out) on 2 quiet cores at 186 ms (`results/span_sweep_calibration.json`). Held-out loss 9.441 at the first evaluation → **4.324** after 3,000 steps, far below the per-position
 # unigram baseline (5.547) and unigram entropy (5.905); token accuracy 31.3%. On 512 held-out rows of 24 speeches:
 #
 # | | nats | 95% interval (bootstrap over speeches) |
@@ -540,7 +541,7 @@ Image(filename=demo["loss_plot"])
 # - Pre-training is a dozen lines: draw rows, corrupt spans, forward, backward, clip the global gradient norm, step,
 #   move the learning rate; on the demo model the loss falls by more than 2 nats in 60 steps.
 # - bf16 autocast runs the matmuls in 16 bits while the weights, gradients and optimizer state stay fp32; the loss
-#   moves only by bf16's precision.
+#   moves, far less than one bf16 rounding step.
 # - Gradient accumulation gives exactly the big batch's gradient when each micro-batch's loss is scaled by
 #   `1/grad_acc` and every micro-batch has the same number of target tokens.
 # - A falling training loss is not evidence of learning: the held-out loss has to beat the unigram and the

@@ -113,7 +113,7 @@ for i in range(len(b["input_ids"])):
 # "formally colonized" has log-probability −19.9 with its own input and −19.8 with the neighbouring passage, but
 # −24.8 with another speech's: the model knows what this speech talks about, not what stood around the blank. The
 # greedy fills are the other half of the story: nearly every blank gets "the" or "of the", and the top-5 first
-# tokens are the same few frequent words ("the", "of", ",", "and", "to") at 2–9% each, whatever the blank. The
+# tokens are the same few frequent words ("the", "of", ",", "and", "to", ".") at 2–9% each, whatever the blank. The
 # model's best guess for a blank is still "a frequent word"; the context shifts the probabilities of the right
 # answer a little, without changing the guess.
 
@@ -395,7 +395,7 @@ print(f"the straight line through the two complete-schedule points (1,610 and 3,
 # On a GPU the same recipe runs at a larger batch, and the question becomes how long the skill takes to
 # emerge there. This cell (`#| gpu`: it trains only on a machine with CUDA, and elsewhere says what it skipped) trains the demo recipe at batch 128
 # with bf16 and `torch.compile`, and prints the minutes at which `span_gain` first reaches 0.1 nats, with the three gains at the end. The
-# lr (4e-2) and warmup were tuned at batch 16 and are not re-tuned here. 30,000 steps of batch 128 are about the
+# lr (4e-2) was chosen at batch 16 (lesson 07's appendix; the warmup, 100 steps, was not swept) and neither is re-tuned here. 30,000 steps of batch 128 are about the
 # compute the line above asks for (the cell prints the multiple of the demo's): the run tests the extrapolation. It
 # has not been run on a GPU yet, and the saved notebook holds no output for it (on a CPU it prints a skip message
 # with that multiple).

@@ -183,7 +183,8 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 
 
 # %% [markdown]
-# One process, on one core, prepares text more slowly than the GPU consumes it: the printed speeds (they vary with
+# One process prepares text more slowly than the GPU consumes it (and the tokenizer's Rust batch call may have used a
+# second thread here, so one core alone is no faster): the printed speeds (they vary with
 # the machine's load: 0.30M raw tokens/s for the whole pipeline in the saved output above) against the 660k needed at
 # 50% MFU; and the training process has other work too (launching kernels, logging, checkpoints). Fed by the training
 # process itself, this GPU would wait for text for part of every step, and a faster GPU or a better MFU would make it

@@ -559,7 +559,9 @@ test_close(base_total / 2**30, 57, eps=1); test_close(base4_total / 2**30, 17, e
 # %% [markdown]
 # At the preset's micro-batch of 128 the activations are most of the ≈ 57 GiB: by the estimate it fits an 80 GB card, not
 # a 40 GB one; `grad_acc=4` (micro-batch 32, the same optimizer step) brings it to ≈ 17 GiB, under a 24 GB card's.
-# Keeping the residual stream in 16 bits, as nanoT5's model does (PiotrNawrot/nanoT5#31), would bring micro-batch 128
+# Keeping the residual stream in 16 bits, as nanoT5's model does (one stored version of its `nanoT5/utils/t5_model.py`
+# casts the embeddings to bf16 under a config flag, `is_bf16`, and the norms' outputs back to the stream's dtype; in
+# PiotrNawrot/nanoT5#31 its author says these casts make it need less memory than HF's T5), would bring micro-batch 128
 # from ≈ 57 to 45 GiB by this count (the last column: the norms' inputs and outputs in 16 bits, and one 16-bit input
 # shared by q, k and v instead of three casts), still too much for a 40 GB card, while `grad_acc=2` (≈ 30 GiB by the
 # estimate) is under it. The feed-forward's four `d_ff`-wide tensors, 16-bit already, stay the largest part. So this

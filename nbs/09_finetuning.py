@@ -674,8 +674,8 @@ def make_finetune_config(checkpoint: str | None = None, data_dir: str | None = N
 # One run of the experiment of [09b](09b_what_pretraining_buys.ipynb), read closely: the demo model of
 # [05](05_pretraining.ipynb) (6.6M parameters) fine-tuned for 200 steps of batch 8 on 100 instances of each training task
 # (seed 0), scored on 25 new instances of each:
-# `finetune(make_finetune_config("../runs/cpu-demo-notebook", overrides=[*SETTINGS, "sni.instances_per_task=100"]))`
-# with `SETTINGS`, the experiment's settings (200 steps, AdamW 1e-3, bf16, prompts cut to 256 tokens; 09b explains the
+# `finetune(make_finetune_config("../runs/cpu-demo-notebook", overrides=[*SETTINGS, "sni.instances_per_task=100", "train.seed=0"]))`
+# (the config's default seed is not 0) with `SETTINGS`, the experiment's settings (200 steps, AdamW 1e-3, bf16, prompts cut to 256 tokens; 09b explains the
 # choices):
 #
 # ```python
@@ -711,7 +711,7 @@ if one:
 
 # %% [markdown]
 # **One sentence for 25 different inputs**: 23 of the 25 generations read "The Punter rating of 5 out of 5." Why?
-# The loss is the average of $-\log p(\text{reference} \mid \text{prompt})$. A model that cannot yet *read* the input
+# The loss is the average, over the references' tokens, of $-\log p(\text{token} \mid \text{earlier tokens}, \text{prompt})$. A model that cannot yet *read* the input
 # (turn `name[The Mill]` into "The Mill") can still lower that average by learning what all of a task's answers share:
 # the format and frequent words. That distribution hardly depends on the input, and greedy decoding of the same
 # distribution gives the same string every time. The definition in the prompt still tells it *which task* it is in, so

