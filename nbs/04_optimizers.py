@@ -86,8 +86,9 @@ for k, r in rms0.items(): print(f"| {k} | {r:.4f} | {2e-2 / r:.3f} |")
 test_close(rms0["q"], 4.5e-3, eps=2e-4); test_close(rms0["shared"], 1.0, eps=0.05); test_close(rms0["wo"], 0.022, eps=1e-3)
 
 # %% [markdown]
-# At one learning rate, the first step moves the embedding (`shared`), the norms and HF's std-1 LM head by 2% of
-# themselves, most matrices by about half of themselves, and `q` by 4.4 times itself. (`q` is smallest because T5
+# At one learning rate, the first step moves the embedding (`shared`; at most: in a real batch only the rows of its
+# tokens get a gradient, as the measurement below shows), the norms and HF's std-1 LM head by 2% of themselves, most
+# matrices by about half of themselves, and `q` by 4.4 times itself. (`q` is smallest because T5
 # folds attention's `1/√d_kv` into its init, [03b](03b_t5_model.ipynb).) A check of the formula: one step of
 # `torch.optim.AdamW` on a small T5 with random gradients moves every tensor by `lr / RMS(θ)` of itself:
 

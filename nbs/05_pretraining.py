@@ -13,8 +13,9 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # %% [markdown]
 # Everything so far comes together here: the corpus ([00](00_data.ipynb)), the tokenizer ([01](01_tokenizer.ipynb)),
 # span corruption ([02](02_span_corruption.ipynb), [02b](02b_span_batches.ipynb)), the model ([03](03_t5_layers.ipynb), [03b](03b_t5_model.ipynb)) and the optimizer
-# ([04](04_optimizers.ipynb)). This lesson builds the pre-training loop in a dozen lines, makes it faster without
-# changing what it computes (bf16, gradient accumulation), and builds the measurement that says what it learned: the
+# ([04](04_optimizers.ipynb)). This lesson builds the pre-training loop in a dozen lines, makes it cheaper without
+# changing what it computes beyond rounding (bf16 autocast; gradient accumulation, for batches too big for memory),
+# and builds the measurement that says what it learned: the
 # held-out loss against two baselines, and what the encoder's input is worth, split into reading the words around each
 # blank and merely knowing which speech it is. The payoff: a model trained for a few thousand steps on a CPU to
 # fill blanks in State of the Union speeches, scored by that measurement.

@@ -112,15 +112,16 @@ for i in range(len(b["input_ids"])):
 # is at least as common as the first. In the passage of speech 6 on a treaty with Great Britain,
 # "formally colonized" has log-probability −19.9 with its own input and −19.8 with the neighbouring passage, but
 # −24.8 with another speech's: the model knows what this speech talks about, not what stood around the blank. The
-# greedy fills are the other half of the story: nearly every blank gets "the" or "of the", and the top-5 first
-# tokens are the same few frequent words ("the", "of", ",", "and", "to", ".") at 2–9% each, whatever the blank. The
+# greedy fills are the other half of the story: nearly every blank gets "the" or "of the" (the last blank of each row
+# gets a longer run of frequent words, often a repeated "the United States and …"), and the top-5 first tokens are the same few
+# frequent words ("the", "of", ",", "and", "to", ".", and in speech 20 the piece "s") at 2–9% each, whatever the blank. The
 # model's best guess for a blank is still "a frequent word"; the context shifts the probabilities of the right
 # answer a little, without changing the guess.
 
 # %% [markdown]
 # **Where the gain comes from, by kind of target token.** `gain_by_token_kind` (05's appendix) splits the three losses over the
-# run's own evaluation rows into sentinels and EOS (where each span ends, which the model can tell only from its
-# input: it never sees the mask), span
+# run's own evaluation rows into sentinels and EOS (where each span ends: the model never sees the mask, so only its
+# input can say exactly where, though the target's own statistics let it guess), span
 # tokens that also occur elsewhere in the row's input (a model could copy them), and the other span tokens. The
 # "all" row is the run's final evaluation again (the same rows and masks, from the exported weights):
 

@@ -273,8 +273,8 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 #   plain AdamW ≤ 0.002). With the inputs barely used, the held-out loss compares how well each optimizer has fit
 #   the *targets* on their own; it cannot test nanoT5's claim, about the end of runs ≈ 4.4 × 10⁵ times bigger.
 # - **Adafactor is ahead of AdamWScale** under both schedules (4.959 ± 0.008 and 4.983 ± 0.007 against
-#   5.012 ± 0.017 and 5.021 ± 0.019), at one lr, picked for AdamWScale in the shorter runs of lesson 07's demo
-#   sweep (by encoder gain; 8e-2 broke the run there) and never for Adafactor. A hypothesis, not tested (this grid
+#   5.012 ± 0.017 and 5.021 ± 0.019), at one lr, picked for AdamWScale in lesson 07's demo sweep (one seed per rate, a fixed time budget: 868
+#   steps at 4e-2, more than these 300; by encoder gain; 8e-2 broke the run there) and never for Adafactor. A hypothesis, not tested (this grid
 #   does not sweep AdamWScale's lr): at the same lr, lesson 04's measurement has Adafactor move its tensors by 0.72–0.99 × lr per step
 #   and AdamWScale by 0.13–0.32 × lr (each tensor's mean over the last 50 steps), so AdamWScale at a larger lr might
 #   close the gap. nanoT5's table, at 65,536 steps, has AdamWScale ahead only under cosine (1.953 against 1.993);
@@ -294,7 +294,7 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 #   says that 4e-2 is too large for AdamW.
 # - A schedule's knee belongs at a fraction of the run: `inverse_sqrt` with its knee at 15% of 300 steps has nanoT5's
 #   shape; T5's legacy schedule would be flat.
-# - At 300 CPU steps Adafactor led AdamWScale under both schedules at one lr (4e-2, picked for AdamWScale by lesson 07's shorter sweep), both led plain AdamW at
+# - At 300 CPU steps Adafactor led AdamWScale under both schedules at one lr (4e-2, picked for AdamWScale by lesson 07's one-seed sweep), both led plain AdamW at
 #   its best of three rates, and plain AdamW did not diverge, even without clipping and with HF's std-1 LM head.
 # - No run learned to fill spans (mean `span_gain` ≤ 0.004 nats per setting, 0.007 at most in one run: a trace, against Adafactor's `document_gain` of
 #   0.034–0.042): the held-out loss compares how well each optimizer fit the targets, not what nanoT5 ranked.
