@@ -137,14 +137,14 @@ def refresh_index(text: str) -> str:
     r = reading()
 
     def row(m):
-        cols = m.group(0).split(" | ")
-        stem = re.search(r"\(nbs/(\w+)\.ipynb\)", cols[1])
+        cols = m.group(0).split(" | ")  # "#", number, link, what, needs, reading, CPU time, ...
+        stem = re.search(r"\(nbs/(\w+)\.ipynb\)", cols[2])
         if not stem or stem.group(1) not in r:
-            return m.group(0)
-        cols[4] = f"≈ {r[stem.group(1)]['reading_min']} min"
+            raise SystemExit(f"nbs/index.py's lesson table: no lesson link in the third column of {m.group(0)[:60]!r}")
+        cols[5] = f"≈ {r[stem.group(1)]['reading_min']} min"
         if stem.group(1) in seconds:
             s = seconds[stem.group(1)]
-            cols[5] = "< 1 s" if s < 1 else f"{s:.0f} s"
+            cols[6] = "< 1 s" if s < 1 else f"{s:.0f} s"
         return " | ".join(cols)
     text = re.sub(r"^# \| \d\d[a-z]? \| \[.*$", row, text, flags=re.M)
     if runs.exists():  # the README's test command: what its last recorded run took
