@@ -11,7 +11,7 @@ from torch import nn
 
 from .config import Config, flops_per_step
 from .layers import ModelConfig
-from .model import Seq2SeqOutput, Stack, T5, compute_dtype, init_weights, mask_value, shift_right
+from .model import HF_ALIAS_KEYS, Seq2SeqOutput, Stack, T5, compute_dtype, init_weights, mask_value, shift_right
 from .noise import SpanCorruptionError, compute_input_and_target_lengths
 from .pretrain import document_partners
 from .spans import _SpanCorruptor, _random_span_cuts, _spans_checked
@@ -167,7 +167,7 @@ class CausalLMCollator(_Objective):
 UL2_DENOISERS = (  # (mode, mean span length μ, corruption rate r, share); S is a prefix LM
     ("R", 3.0, 0.15, 0.165), ("R", 8.0, 0.15, 0.165), ("S", None, None, 0.34),
     ("X", 3.0, 0.5, 0.0825), ("X", 8.0, 0.5, 0.0825), ("X", 64.0, 0.15, 0.0825), ("X", 64.0, 0.5, 0.0825))
-UL2_MODE_TOKENS = {"R": "<extra_id_99>", "X": "<extra_id_98>", "S": "<extra_id_97>"}  # UL2's [NLU], [NLG], [S2S]
+UL2_MODE_TOKENS = {"R": "<extra_id_99>", "X": "<extra_id_98>", "S": "<extra_id_97>"}  # the paper's [R], [X], [S]
 
 
 class UL2Collator(_Objective):
@@ -336,5 +336,9 @@ def load_run_model(run_dir, cfg: Config):
     from nanot5_edu.checkpoint import latest_checkpoint
     from nanot5_edu.train import make_model
     model = make_model(cfg)
-    model.load_state_dict(load_file(latest_checkpoint(run_dir) / "model.safetensors"), strict=False)
+    path = latest_checkpoint(run_dir) / "model.safetensors"
+    missing, unexpected = model.load_state_dict(load_file(path), strict=False)  # checkpoints leave out the aliases
+    if unexpected or set(missing) - set(HF_ALIAS_KEYS):
+        raise ValueError(f"{path} does not fit the model of this config (missing {sorted(set(missing) - set(HF_ALIAS_KEYS))}, "
+                         f"unexpected {unexpected}): pass the config the run was trained with (its config.yaml).")
     return model.eval()

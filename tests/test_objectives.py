@@ -12,7 +12,8 @@ from nanot5_edu.layers import ModelConfig
 from nanot5_edu.model import T5
 from nanot5_edu.noise import span_lengths
 from nanot5_edu.objectives import (CausalLMCollator, DecoderOnly, PrefixLMCollator, UL2Collator, UL2_DENOISERS,
-                                   continuation_batch, expected_flops_per_step, objective_batches, prefix_lm_mask)
+                                   continuation_batch, expected_flops_per_step, load_run_model, objective_batches,
+                                   prefix_lm_mask)
 from nanot5_edu.tokenizer import load_tokenizer
 
 SMALL = ["model.num_layers=1", "model.d_model=64", "model.d_kv=16", "model.num_heads=4", "model.d_ff=128",
@@ -51,6 +52,11 @@ def test_each_setup_trains_from_the_cli_and_resumes_exactly(tmp_path, small_data
         assert summary["hf_export"].startswith("none: a decoder-only model has no Hugging Face T5 export")
     else:
         assert (tmp_path / "a" / "hf" / "config.json").exists()
+    # the lesson's scoring loads the finished run strictly: every weight of the checkpoint, no key missing or extra
+    loaded = load_run_model(tmp_path / "a", make_config("cpu-demo", args))
+    assert isinstance(loaded, DecoderOnly if "decoder-only" in FIVE[name][0] else T5)
+    with pytest.raises(ValueError, match="does not fit the model of this config"):  # a block the checkpoint lacks
+        load_run_model(tmp_path / "a", make_config("cpu-demo", [*args, "model.num_layers=2"]))
     # resume: a run stopped at step 3 and continued gives the same losses as the straight run
     half = cli(tmp_path / "b", *args, "train.total_steps=6", "train.max_minutes=0.0000001")
     assert half.returncode != 0 or (tmp_path / "b" / "checkpoints").exists()
