@@ -19,7 +19,7 @@ __all__ = ['T5_VOCAB_SIZE', 'DEMO_VOCAB_SIZE', 'NUM_SENTINELS', 'PAD_ID', 'EOS_I
 
 # %% ../nbs/01_tokenizer.ipynb #cc1f7ad3
 T5_VOCAB_SIZE = 32_000   # T5's SentencePiece vocabulary (t5-base, t5-v1_1-*): 32,000 + 100 sentinels
-DEMO_VOCAB_SIZE = 8_000  # the CPU demo: 8,000 + 100 sentinels = 8,100 ids (the model rounds its table up to 8,192)
+DEMO_VOCAB_SIZE = 8_000  # the CPU demo: 8,000 + 100 sentinels = 8,100 ids (the demo presets' table has 8,192 rows)
 NUM_SENTINELS = 100      # <extra_id_0> ... <extra_id_99>
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 

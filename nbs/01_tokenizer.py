@@ -66,6 +66,14 @@ print(f"{len(words):,} distinct whitespace words; an 8,000-word vocabulary leave
       f"{1 - sum(top) / n_words:.1%} of running words out of vocabulary")
 print(f"characters per word: {sum(len(t) for t in train_texts) / n_words:.2f}")
 test_eq(len(words) > 50_000, True)
+bare = collections.Counter(w for t in train_texts for w in re.findall(r"\w+|[^\w\s]", t))  # punctuation split off
+print(f"punctuation split off: {len(bare):,} distinct words, {1 - sum(c for _, c in bare.most_common(8000)) / sum(bare.values()):.1%} "
+      "out of vocabulary at 8,000")
+
+# %% [markdown]
+# Whitespace words keep punctuation and case attached (`Congress,` and `Congress.` count apart), which makes the
+# word vocabulary look worse than it is; the last line splits punctuation off and still leaves words out. Either way
+# a word vocabulary has a tail, and every new name lands in it.
 
 # %% [markdown]
 # ## Training a SentencePiece model
@@ -73,13 +81,14 @@ test_eq(len(words) > 50_000, True)
 # SentencePiece's **unigram** model (T5's choice) starts from a large seed vocabulary and prunes it with EM,
 # keeping the pieces that best explain the corpus under a unigram language model; segmentation is then the
 # most likely split (Viterbi). **BPE** instead merges the most frequent pair, bottom-up. Both are in the
-# same library; we train on the corpus's non-empty lines, capped at `max_sentences` (sampled with a fixed
-# seed, so a retrain gives the same bytes), with T5's special ids.
+# same library; we train on the corpus's non-empty lines, capped at `max_sentences` (a corpus with more lines, such
+# as C4, is sampled with a fixed seed), with a fixed seed for the trainer too, so a retrain gives the same bytes, and
+# with T5's special ids.
 
 # %%
 #| export
 T5_VOCAB_SIZE = 32_000   # T5's SentencePiece vocabulary (t5-base, t5-v1_1-*): 32,000 + 100 sentinels
-DEMO_VOCAB_SIZE = 8_000  # the CPU demo: 8,000 + 100 sentinels = 8,100 ids (the model rounds its table up to 8,192)
+DEMO_VOCAB_SIZE = 8_000  # the CPU demo: 8,000 + 100 sentinels = 8,100 ids (the demo presets' table has 8,192 rows)
 NUM_SENTINELS = 100      # <extra_id_0> ... <extra_id_99>
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 
@@ -197,8 +206,9 @@ sorted(p.name for p in (tmp / "unigram").iterdir())
 # it shatters a word that is rare in two centuries of speeches (`cybersecurity` into seven pieces, where
 # BPE keeps four). A lone `▁` (as in `▁ unconstitutional ly`) is the word-start marker as a piece of its own:
 # the vocabulary has `unconstitutional` only as a word-internal piece, so the marker is spelt separately.
-# (`transformers`' T5 tokenizer builds a unigram model from any `spiece.model`, so it would read a BPE model with the
-# wrong ids; we compare the two with plain `sentencepiece`.)
+# (`transformers`' T5 tokenizer builds a unigram model from any `spiece.model`: on a BPE model it keeps the pieces
+# and their ids but segments with unigram's algorithm over BPE's scores, so it would give other id sequences; we
+# compare the two with plain `sentencepiece`.)
 
 # %%
 sp_models = {kind: spm.SentencePieceProcessor(model_proto=train_sentencepiece(train_texts, DEMO_VOCAB_SIZE, kind))
@@ -292,8 +302,7 @@ print(f"train split: {sum(doc_tokens):,} tokens in {len(doc_tokens)} speeches")
 # Scale decides what a run can learn, so count it in the unit training uses. Span corruption
 # ([02](02_span_corruption.ipynb), packing in [02b](02b_span_batches.ipynb)) cuts the token stream into rows of 568 raw tokens (512 after
 # corruption, the input length of T5 and nanoT5). nanoT5 trains T5-Base for 2¹⁶ = 65,536 steps; at T5's batch of 128 rows
-# (also the batch of the runs nanoT5's README reports; one version of nanoT5's default config file takes 144 a step)
-# that is:
+# (T5's Section 3.1.2; one version of nanoT5's default config file takes 144 a step) that is:
 
 # %%
 rows_per_epoch = sum(doc_tokens) // 568
@@ -306,11 +315,12 @@ test_eq(nanot5_rows, 8_388_608)
 assert 3_500 < rows_per_epoch < 4_500
 
 # %% [markdown]
-# One pass over the speeches is about 30 steps of 128 rows; nanoT5 sees over 2,000 times more text, every
+# One pass over the speeches is about 30 steps of 128 rows of 568 tokens (lesson 05's CPU demo takes shorter rows,
+# 16 a step, so a pass is many more of its steps); nanoT5 sees over 2,000 times more text, every
 # row new. So a CPU run on this corpus learns what is frequent *within* it — function words, the
 # spelling of common words, the set phrases of addresses to Congress ("the state of the Union", "fellow
 # citizens") and local grammar — and, run for many epochs, starts to memorise the speeches themselves
-# instead of generalising. It cannot learn facts about the world or anything about rare words. That is
+# instead of generalising. It can learn no facts beyond what the speeches repeat, and little about rare words. That is
 # the right expectation for the demo in [05_pretraining](05_pretraining.ipynb): a loss well below the unigram
 # baselines (the loss of a model that predicts token frequencies without reading any context, defined in 05),
 # not a useful language model. For that, point `load_corpus` at C4.
@@ -340,7 +350,10 @@ test_eq(round(2 * 32_128 * 256 / 1e6, 1), 16.4)                     # the embedd
 # T5's own vocabulary is on the Hugging Face hub: `google/t5-v1_1-base` (the same `spiece.model` as `t5-base`
 # and flan-t5; 32,000 pieces, 100 sentinels on top). `load_tokenizer` takes the hub name like a directory.
 # Our loader must give exactly the ids of `transformers`' own T5 tokenizer on awkward text — whitespace runs,
-# unicode, digits, newlines — and the known ids: "Hello world" is `[8774, 296]`, `<extra_id_0>` is 32099 and
+# unicode, digits, newlines — and the known ids. In transformers 5 that tokenizer is one class, `T5Tokenizer`, backed
+# by the Rust `tokenizers` library (`T5TokenizerFast` is the same class), and our loader goes through it too, so that
+# comparison checks that we configure it as `transformers` does; the independent check is plain `sentencepiece` on
+# T5's `spiece.model`. The known ids: "Hello world" is `[8774, 296]`, `<extra_id_0>` is 32099 and
 # `<extra_id_99>` is 32000. This needs internet the first time (then the files are cached); offline the cell
 # says that it skipped. (`tests/test_tokenizer_t5.py` runs the same comparison offline, but only where a copy of T5's
 # `spiece.model` sits beside the repository, a developer's setup; without it that test skips too.)
@@ -445,16 +458,16 @@ test_fail(lambda: sentinel_ids(load_tokenizer(tmp / "no_sentinels"), 100), conta
 # ## What you learned
 #
 # - Subwords sit between words (short sequences, but an open vocabulary: 8.3% of running words missing at
-#   8,000 words) and characters (never missing, but ≈ 6 symbols per word): ≈ 1.2 pieces per word here.
+#   8,000 whitespace words, 3.5% with punctuation split off) and characters (never missing, but ≈ 6 symbols per word): ≈ 1.2 pieces per word here.
 # - SentencePiece **unigram** (T5's choice) prunes a large seed vocabulary to the pieces that best explain the
 #   corpus; **BPE** merges frequent pairs bottom-up. Both compress *this* corpus; neither knows morphology.
 # - A T5 tokenizer has pad 0, eos 1, unk 2, no bos, and 100 sentinels `<extra_id_0…99>` as the **last** ids,
 #   counting down; `sentinel_ids` checks that contract.
 # - `train_tokenizer` writes an ordinary `transformers` tokenizer directory; `load_tokenizer` also reads T5's
-#   own (`google/t5-v1_1-base`), and its ids equal `transformers`' T5 tokenizer.
+#   own (`google/t5-v1_1-base`), and its ids equal `transformers`' T5 tokenizer and plain `sentencepiece`.
 # - `encode_batch` is the fast path (no offsets, no masks, Rust in parallel) for tokenizing a corpus.
 # - The speeches are 2.2M tokens, ≈ 3,900 rows of 568: about 30 steps of 128 rows. A model trained on them
-#   learns what is frequent within them, not facts about the world.
+#   learns what is frequent within them, not general facts about the world.
 # - For a small model the vocabulary is the largest single cost (embedding + untied head = `2·V·d_model`),
 #   so the demo uses 8,000 pieces (+ 100 sentinels, padded to 8,192).
 #
