@@ -302,7 +302,8 @@ print(f"train split: {sum(doc_tokens):,} tokens in {len(doc_tokens)} speeches")
 # Scale decides what a run can learn, so count it in the unit training uses. Span corruption
 # ([02](02_span_corruption.ipynb), packing in [02b](02b_span_batches.ipynb)) cuts the token stream into rows of 568 raw tokens (512 after
 # corruption, the input length of T5 and nanoT5). nanoT5 trains T5-Base for 2¹⁶ = 65,536 steps; at T5's batch of 128 rows
-# (T5's Section 3.1.2; one version of nanoT5's default config file takes 144 a step) that is:
+# (T5's Section 3.1.2, and the batch of the runs nanoT5's README reports; one version of nanoT5's default config file
+# takes 144 a step) that is:
 
 # %%
 rows_per_epoch = sum(doc_tokens) // 568
