@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Why an encoder? Architectures and objectives at equal compute
-# > T5's encoder-decoder with span corruption beside a decoder-only language model, a prefix LM, an encoder-decoder LM and UL2's mixture of denoisers: built from the same layers, trained on the same text for the same FLOPs, scored on the same held-out rows
+# > T5's encoder-decoder with span corruption beside a decoder-only language model, a prefix LM, an encoder-decoder LM and UL2's mixture of denoisers: built from the same layers, trained on the same corpus for the same FLOPs, scored on the same held-out rows
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -21,7 +21,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # What the papers found, in summary:
 #
 # - **T5** (Raffel et al., arXiv 1910.10683, Section 3.2 and Table 2) compared an encoder-decoder, an encoder-decoder
-#   with shared parameters, a decoder-only language model and a prefix LM, each with a denoising objective and a
+#   with shared parameters, one with half the layers, a decoder-only language model and a prefix LM, each with a denoising objective and a
 #   language-modelling objective, matched in parameters or in FLOPs. The encoder-decoder with denoising was best on
 #   every task they report, and in their summary denoising beat language modelling for every architecture (on
 #   average over the tasks, not on each one).
@@ -181,9 +181,10 @@ class DecoderOnly(nn.Module):
 
 # %% [markdown]
 # The check: the prefix really is bidirectional and the targets really are causal. Changing a *target* token may
-# not change any earlier logit; changing the *last prefix* token changes the first target's logits (every target
-# sees the whole prefix, wherever in it a token sits). And with the inputs empty, the model is a plain causal LM:
-# its logits equal a hand-run of its blocks under a lower-triangular mask.
+# not change any earlier logit. Changing the *last prefix* token must change the hidden state of the *first* prefix
+# position, which only a bidirectional prefix allows: the same sequence with no prefix (`prefix_length=0`, plain
+# causal) must leave it unchanged. And with the inputs empty, the model is a plain causal LM: its logits equal a
+# hand-run of its blocks under a lower-triangular mask.
 
 # %%
 torch.manual_seed(0)
@@ -194,9 +195,12 @@ base = lm(x, labels=y).logits
 y2 = y.clone(); y2[:, 3] = 7          # a later target changes (it is the decoder input at position 4)
 test_close(lm(x, labels=y2).logits[:, :4], base[:, :4], eps=1e-6)   # targets 0-3 see only up to their own position
 x2 = x.clone(); x2[:, -1] = 7         # the last prefix token changes
-print("largest change of target 0's logits when the last prefix token changes:",
-      f"{(lm(x2, labels=y).logits[:, 0] - base[:, 0]).abs().max():.3f}")
-assert (lm(x2, labels=y).logits[:, 0] - base[:, 0]).abs().max() > 1e-3
+seq, seq2, P = torch.cat([x, shift_right(y)], 1), torch.cat([x2, shift_right(y)], 1), x.shape[1]
+first = lambda ids, prefix: lm.hidden(ids, prefix)[:, 0]   # the hidden state of position 0
+print("largest change of position 0's hidden state when the last prefix token changes:",
+      f"prefix LM {(first(seq2, P) - first(seq, P)).abs().max():.3f}, causal {(first(seq2, 0) - first(seq, 0)).abs().max():.3f}")
+assert (first(seq2, P) - first(seq, P)).abs().max() > 1e-3       # the prefix sees forwards
+test_close(first(seq2, 0), first(seq, 0), eps=1e-6)             # a causal mask does not
 
 # %%
 empty = x[:, :0]
@@ -326,10 +330,13 @@ test_fail(lambda: PrefixLMCollator(_Ids(), 12)(row), contains="exactly 12 raw to
 # the second X-denoiser as (8, 0.15); UL2's paper pairs μ = 8 with r = 0.5 for X, which we follow). FAT5 fixes S's
 # split at a quarter of the row; we draw it as in `prefix_lm`. The mode tokens (the paper's `[R]`, `[X]`, `[S]`)
 # take the last three sentinels' ids, so every setup keeps the same vocabulary and embedding table:
-# `<extra_id_99>` is R, `<extra_id_98>` is X, `<extra_id_97>` is S. No row here has more than 97 spans, so they
-# never clash with a span's sentinel (the collator checks).
+# `<extra_id_99>` is R, `<extra_id_98>` is X, `<extra_id_97>` is S. They never clash with a span's sentinel as long
+# as a row has at most 97 spans (the collator checks; the demo's rows have at most 23, printed below).
 #
-# One denoiser is drawn per call, so a micro-batch has one shape.
+# One denoiser is drawn per call, so a micro-batch has one shape (FAT5 draws one per example and packs them; whether
+# the coarser draw widens UL2's seed spread is not measured here). At the demo's rows of 141 raw tokens UL2's long
+# denoisers are short: the spans each one makes per row (from `noise_counts`, lesson 02), far from the paper's
+# 512-token inputs:
 
 # %%
 #| export
@@ -382,6 +389,11 @@ class UL2Collator(_Objective):
         return out
 
 
+# %%
+for (mode, mu, r, share), part in zip(UL2_DENOISERS, UL2Collator(_Ids(), 141).parts):
+    if mode != "S":
+        print(f"{mode}(mean span {mu:g}, rate {r}): {part[1]} span(s), {part[0]} noise tokens of 141")
+
 # %% [markdown]
 # One draw of each kind on a row of 40 tokens (ids 10…49; the sentinels here count down from 299, the mode tokens
 # are 200, 201 and 202):
@@ -411,9 +423,11 @@ test_eq(set(seen), {200, 201, 202})
 # FLOPs**, counted by lesson 07's `flops_per_step`, which now knows a decoder-only model: one stack over inputs +
 # targets, the head on the targets. A decoder-only model with as many blocks as the encoder and decoder together
 # has about their parameters (less the cross-attention) but runs every block over the whole sequence, inputs and
-# targets: its blocks cost about twice the encoder-decoder's per example. The LM head adds a cost that grows with the
-# number of *target* positions, so the objective moves the ratio too (a causal LM scores every token, T5 a few
-# spans); the cell that sets the budget below prints each setup's FLOPs per step beside T5's. T5 (Section 3.2.2)
+# targets, so its blocks cost more than the encoder-decoder's per example (twice, if both read sequences of the same
+# length with no cross-attention; less here, where T5's encoder reads the shorter, corrupted row). The LM head adds a
+# cost that grows with the number of *target* positions, so the objective moves the ratio too (a causal LM scores
+# every token, T5 a few spans). The cell that sets the budget below prints, for each setup, the FLOPs of a step and
+# of its blocks alone, beside T5's. T5 (Section 3.2.2)
 # describes this equal-parameter pairing; the decoder-only rows its Table 2 trains are the other one, a model of
 # half the layers at the encoder-decoder's cost per example.
 
@@ -596,7 +610,8 @@ def load_run_model(run_dir, cfg: Config):
 # | UL2 | encoder-decoder | ul2 | 1 + 1 |
 #
 # The budget is what T5 spends in `T5_STEPS` steps of 16 rows; every other setup gets the number of steps that spends
-# the same FLOPs (rounded), with the preset's learning rate (chosen for T5 in lesson 05b, not tuned for the others),
+# the same FLOPs (rounded), with the preset's learning rate (chosen for T5 at the demo's 3,000-step schedule, lesson
+# 07's appendix; not tuned for the others, nor for 600 steps),
 # warmup over the first sixth of each setup's steps (100 of T5's 600, the preset's warmup) and the cosine schedule to
 # the end. Three seeds each. The slow cells below run it and write `results/objectives.json` (the runs' training
 # time and the machine are in it, printed below); the cells after them read that file.
@@ -644,10 +659,14 @@ def steps_for_budget(overrides, budget):
 
 BUDGET = T5_STEPS * steps_for_budget(SETUPS["T5"], 1)[1]
 STEPS = {name: steps_for_budget(o, BUDGET)[0] for name, o in SETUPS.items()}
-T5_STEP = steps_for_budget(SETUPS["T5"], 1)[1]
+def blocks_only(overrides):  # the same step without the LM head (a one-row vocabulary)
+    return steps_for_budget([*overrides, "model.vocab_size=1"], 1)[1]
+
+T5_STEP, T5_BLOCKS = steps_for_budget(SETUPS["T5"], 1)[1], blocks_only(SETUPS["T5"])
 for name, steps in STEPS.items():
     per_step = steps_for_budget(SETUPS[name], 1)[1]
-    print(f"{name:24s} {steps:4d} steps, {per_step / 1e9:6.2f} GFLOP a step ({per_step / T5_STEP:.2f}x T5's)")
+    print(f"{name:24s} {steps:4d} steps, {per_step / 1e9:6.2f} GFLOP a step ({per_step / T5_STEP:.2f}x T5's), "
+          f"blocks alone {blocks_only(SETUPS[name]) / T5_BLOCKS:.2f}x T5's, rows read {steps * BATCH:,}")
 print(f"budget: {BUDGET / 1e12:.2f} TFLOP per run")
 
 # %%
@@ -768,7 +787,7 @@ if saved:
     seed0_min = sum(r["train_s"] for r in saved["runs"] if r["seed"] == 0) / 60
     print(f"{len(saved['runs'])} runs, {saved['budget_flops'] / 1e12:.2f} TFLOP each; the runs' training took {saved['train_min']} "
           f"min on {saved['machine']['cores']} cores ({saved['machine']['cpu']}); the slow cells' last session (it trained "
-          f"the runs not yet finished and scored all) took {saved['wall_min']} min\nTry it's 3000-step run with one seed: "
+          f"the runs not yet finished and scored all) took {saved['wall_min']} min\nthe Try-it 3000-step run with one seed: "
           f"about {5 * seed0_min:.0f} min of training (5 x the seed-0 runs here), plus the scoring")
     display(Markdown(objectives_table(saved)))
 else:
@@ -815,11 +834,11 @@ def ranking(saved, metric: str, higher_is_better: bool = False) -> str:
     return f"{metric}: " + " ".join(parts)
 
 def separated_pairs(saved, metric: str, higher_is_better: bool = False) -> list[str]:
-    "Every pair of setups whose seeds do not overlap on `metric`, the better one first"
+    "Every pair of setups whose seeds do not overlap on `metric`, the better one first, with the gap between them"
     groups = {name: [r[metric] for r in rs] for name, rs in by_setup(saved).items()}
     sign = ">" if higher_is_better else "<"
-    return [f"{a} {sign} {b}" for a in groups for b in groups if a != b and
-            ((min(groups[a]) > max(groups[b])) if higher_is_better else (max(groups[a]) < min(groups[b])))]
+    gap = lambda a, b: min(groups[a]) - max(groups[b]) if higher_is_better else min(groups[b]) - max(groups[a])
+    return [f"{a} {sign} {b} (gap {gap(a, b):.3f})" for a in groups for b in groups if a != b and gap(a, b) > 0]
 
 if saved:
     import math
@@ -840,25 +859,29 @@ if saved:
 #
 # - **(a) span filling** separates the setups by what they were trained on: the two that trained on span corruption
 #   (T5, and UL2 through its R- and X-denoisers) are far below every other setup, whose losses sit above even the
-#   unigram baseline (they never saw a sentinel). This is the task they were trained for, not evidence of a better
+#   unigram baseline (they never trained on sentinels, expected to be the tokens they miss most; this lesson does not
+#   split the loss by kind of token). This is the task they were trained for, not evidence of a better
 #   architecture.
 # - **(b) continuation** reverses the order: the decoder-only LM is lowest, then the encoder-decoder LM; the
 #   decoder-only prefix LM and UL2 overlap; T5, which never continued text past a single short span, is far behind
 #   the others, though still below the unigram baseline.
 # - **(c) fine-tuning on sni-mini**: every pre-trained setup ends below both random-init controls and the unigram
-#   baseline. Among the pre-trained setups only the encoder-decoder LM is separated from others (from T5 and from
-#   both decoder-only setups, the last by a hair); with about one separation per score expected from noise alone,
-#   that is weak evidence, and three seeds at this scale do not rank the rest.
+#   baseline. Among the pre-trained setups only the encoder-decoder LM is separated from others: from T5, and from the
+#   decoder-only prefix LM by a small gap; from the decoder-only LM by a gap that rounds to zero, a tie. With about one
+#   separation per score expected from noise alone, that is weak evidence, and three seeds at this scale do not rank
+#   the rest. The random-init controls also differ by architecture (the table's last row), before any pre-training:
+#   read each setup against its own architecture's control, not only against the others.
 # - **One architecture against the other at a fixed objective**: `prefix_lm` ran on both. The encoder-decoder LM is
 #   separated from the decoder-only prefix LM on (b), (c) and `document_gain`. At equal FLOPs it also took more steps
-#   (the table's steps column), so what this shows is that the encoder-decoder did better for the same compute here,
-#   not why: more updates and the encoder are not separated.
-# - `document_gain`'s interval is above zero in every run; `span_gain`'s in about half of them, and it stays small
+#   and read more rows (the budget cell's output), so what this shows is that the encoder-decoder did better for the
+#   same compute here, not why: more updates, more text and the encoder are not separated.
+# - `document_gain`'s interval is above zero in every run; `span_gain`'s in 9 of 15, and it stays small
 #   for every setup (the decoder-only LM's, the largest, is measured under a mask it never trained with). At this
 #   compute no setup has learned to use a passage's own context much.
 #
 # What a CPU's scale cannot decide: T5's and UL2's findings are about downstream quality after billions of tokens;
-# here each run saw one budget of a few minutes, one model size, one corpus and a learning rate tuned for T5 only.
+# here each run had one FLOP budget (a couple of minutes of CPU each, in the results file), one model size, one corpus
+# and a learning rate tuned for T5 only.
 # The order on (a) and (b) follows the training task; whether an encoder pays off downstream, which is the papers'
 # question, is at most hinted at by (c).
 

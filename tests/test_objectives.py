@@ -185,3 +185,18 @@ def test_objective_batches_pair_each_row_with_its_partners():
         assert b["gain_row"].all()
     causal = objective_batches(rows, documents, CausalLMCollator(Ids(), 30), 8, 2)
     assert not any(b["gain_row"].any() for b in causal)
+
+
+def test_the_prefix_sees_forwards_and_a_causal_mask_does_not():
+    "Model level: changing the last prefix token changes position 0's state with a prefix, never without one"
+    torch.manual_seed(0)
+    lm = DecoderOnly(ModelConfig(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                                 architecture="decoder-only")).eval()
+    seq = torch.randint(3, 60, (2, 9))
+    changed = seq.clone(); changed[:, 4] = 7  # the last of 5 prefix positions
+    with torch.no_grad():
+        assert (lm.hidden(changed, 5)[:, 0] - lm.hidden(seq, 5)[:, 0]).abs().max() > 1e-3
+        torch.testing.assert_close(lm.hidden(changed, 0)[:, :4], lm.hidden(seq, 0)[:, :4])   # causal: no look ahead
+        # a target position never sees a later target
+        later = changed.clone(); later[:, 8] = 9
+        torch.testing.assert_close(lm.hidden(later, 5)[:, :8], lm.hidden(changed, 5)[:, :8])
