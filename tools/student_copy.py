@@ -105,7 +105,7 @@ def main(out_dir: Path) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):  # --help, or a flag mistaken for the output folder
         print(__doc__)
-        sys.exit(2)
+        sys.exit(0 if sys.argv[1:] in (["-h"], ["--help"]) else 2)
     sys.exit(main(Path(sys.argv[1])))
