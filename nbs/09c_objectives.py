@@ -101,7 +101,9 @@ test_eq(prefix_lm_mask(6, 0), torch.ones(6, 6, dtype=torch.bool).tril())  # no p
 # The model takes the same batches as `T5` (`input_ids`, `labels`, optional masks), so the training loop, the
 # evaluation and the checkpoints of lessons 05–08 work unchanged: it concatenates the inputs with the decoder inputs
 # (the labels shifted right behind the start token), runs the stack once, and applies the head to the target
-# positions only. Positions use T5's bidirectional relative-position buckets (the encoder's), since prefix positions
+# positions only. One difference remains: padded inputs leave a gap of pad positions between the prefix and the
+# targets, which changes their relative distances (masked keys, but not positions, are skipped); pre-training here has
+# no padding, and fine-tuning on sni-mini little. Positions use T5's bidirectional relative-position buckets (the encoder's), since prefix positions
 # look both ways; in the causal part the future buckets are simply never used.
 
 # %%
@@ -420,11 +422,14 @@ test_eq(set(seen), {200, 201, 202})
 # ## Equal compute
 #
 # T5's architecture table matched models in parameters or in FLOPs. Here every setup trains for the **same training
-# FLOPs**, counted by lesson 07's `flops_per_step`, which now knows a decoder-only model: one stack over inputs +
+# FLOPs** ("compute" below means these counted FLOPs; a CPU does not run every setup's FLOPs equally fast, and
+# `benchmarks/objectives.py` times their steps side by side: `benchmarks/results/cpu_2026-12-05/objectives.log`),
+# counted by lesson 07's `flops_per_step`, which now knows a decoder-only model: one stack over inputs +
 # targets, the head on the targets. A decoder-only model with as many blocks as the encoder and decoder together
 # has about their parameters (less the cross-attention) but runs every block over the whole sequence, inputs and
-# targets, so its blocks cost more than the encoder-decoder's per example (twice, if both read sequences of the same
-# length with no cross-attention; less here, where T5's encoder reads the shorter, corrupted row). The LM head adds a
+# targets, so its blocks cost more than the encoder-decoder's per example: about twice, if both read sequences of the
+# same length with no cross-attention; less here, because T5's inputs plus targets are longer than the raw row (its
+# sentinels and EOS appear on both sides) and T5's decoder also pays for cross-attention. The LM head adds a
 # cost that grows with the number of *target* positions, so the objective moves the ratio too (a causal LM scores
 # every token, T5 a few spans). The cell that sets the budget below prints, for each setup, the FLOPs of a step and
 # of its blocks alone, beside T5's. T5 (Section 3.2.2)
@@ -610,8 +615,8 @@ def load_run_model(run_dir, cfg: Config):
 # | UL2 | encoder-decoder | ul2 | 1 + 1 |
 #
 # The budget is what T5 spends in `T5_STEPS` steps of 16 rows; every other setup gets the number of steps that spends
-# the same FLOPs (rounded), with the preset's learning rate (chosen for T5 at the demo's 3,000-step schedule, lesson
-# 07's appendix; not tuned for the others, nor for 600 steps),
+# the same FLOPs (rounded), with the preset's learning rate (chosen for T5 in lesson 07's appendix from short runs of
+# the demo model, then checked by the demo's 3,000-step run; not tuned for the other setups, nor for 600 steps),
 # warmup over the first sixth of each setup's steps (100 of T5's 600, the preset's warmup) and the cosine schedule to
 # the end. Three seeds each. The slow cells below run it and write `results/objectives.json` (the runs' training
 # time and the machine are in it, printed below); the cells after them read that file.
@@ -786,7 +791,7 @@ if saved:
     from IPython.display import Markdown, display
     seed0_min = sum(r["train_s"] for r in saved["runs"] if r["seed"] == 0) / 60
     print(f"{len(saved['runs'])} runs, {saved['budget_flops'] / 1e12:.2f} TFLOP each; the runs' training took {saved['train_min']} "
-          f"min on {saved['machine']['cores']} cores ({saved['machine']['cpu']}); the slow cells' last session (it trained "
+          f"min on {saved['machine']['cores']} cores ({saved['machine']['cpu']}: the last session's machine; runs finished before it were trained earlier); the slow cells' last session (it trained "
           f"the runs not yet finished and scored all) took {saved['wall_min']} min\nthe Try-it 3000-step run with one seed: "
           f"about {5 * seed0_min:.0f} min of training (5 x the seed-0 runs here), plus the scoring")
     display(Markdown(objectives_table(saved)))
@@ -853,6 +858,12 @@ if saved:
     for gain in ("span_gain", "document_gain"):
         clear = sum(r[f"{gain}_ci95"][0] > 0 for r in saved["runs"])
         print(f"{gain}: its 95% interval is above zero in {clear} of {len(saved['runs'])} runs")
+    control = {a: statistics.mean(c["sni_loss"] for c in saved["baselines"]["sni_random_init"] if c["architecture"] == a)
+               for a in ("encoder-decoder", "decoder-only")}
+    print("\n(c) against each architecture's own random-init control (its mean), what pre-training took off the loss:")
+    for name, rs in by_setup(saved).items():
+        drops = [control[r["architecture"]] - r["sni_loss"] for r in rs]
+        print(f"  {name:24s} {min(drops):.3f} – {max(drops):.3f} nats (control {control[rs[0]['architecture']]:.3f})")
 
 # %% [markdown]
 # What the saved runs show, and only that (the table, the picture and the ranking above):
@@ -870,11 +881,14 @@ if saved:
 #   decoder-only prefix LM by a small gap; from the decoder-only LM by a gap that rounds to zero, a tie. With about one
 #   separation per score expected from noise alone, that is weak evidence, and three seeds at this scale do not rank
 #   the rest. The random-init controls also differ by architecture (the table's last row), before any pre-training:
-#   read each setup against its own architecture's control, not only against the others.
+#   against its own architecture's control (the last lines above) pre-training took more off the decoder-only
+#   setups' loss than off any encoder-decoder setup's, the seeds' ranges apart. So on (c) pre-training narrowed a gap
+#   that the architectures show without it; which architecture gained more depends on which comparison you read.
 # - **One architecture against the other at a fixed objective**: `prefix_lm` ran on both. The encoder-decoder LM is
-#   separated from the decoder-only prefix LM on (b), (c) and `document_gain`. At equal FLOPs it also took more steps
-#   and read more rows (the budget cell's output), so what this shows is that the encoder-decoder did better for the
-#   same compute here, not why: more updates, more text and the encoder are not separated.
+#   separated from the decoder-only prefix LM on (b), (c) and `document_gain` (on (c), not once each is read against
+#   its own control: above). At equal FLOPs it also took more steps and read more rows (the budget cell's output), so
+#   what (b) and `document_gain` show is that the encoder-decoder did better for the same counted FLOPs here, not why:
+#   more updates, more text and the encoder are not separated.
 # - `document_gain`'s interval is above zero in every run; `span_gain`'s in 9 of 15, and it stays small
 #   for every setup (the decoder-only LM's, the largest, is measured under a mask it never trained with). At this
 #   compute no setup has learned to use a passage's own context much.
