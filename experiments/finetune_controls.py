@@ -8,7 +8,7 @@ own code (`finetune`, `load_sni`, `evaluate_sni`, `name_copy_share` from `nanot5
     those same 30 instances every `--every` steps (Rouge-L, exact match, rank accuracy, the loss on them, the E2E
     name-copy share), beside the baselines `evaluate_sni` always computes;
 (b) the E2E name-copy share (the share of generations that contain the input's `name[...]` value) of every model
-    here, beside its baselines (the majority answer, the best any constant text can do, and the copy-the-name
+    here, beside its baselines (the majority answer, the best a constant naming one restaurant can do, and the copy-the-name
     oracle = 100%);
 (c) the lesson's experiment recipe started from pre-training checkpoints of increasing span_gain / document_gain
     (steps 0 = the random init `train` draws with the demo's seed, 500, 1500, 3000 of the cpu-demo run), over seeds,
@@ -92,7 +92,7 @@ def name_share_baselines(rows: list[dict]) -> dict:
     "The name-copy share of answers that need no model, on the same E2E instances"
     names = [e2e_name(r["input"]) for r in rows]
     inputs = [r["input"] for r in rows]
-    best = max(set(names), key=names.count)  # the best any constant text can do: name the most frequent restaurant
+    best = max(set(names), key=names.count)  # the best a constant naming one restaurant can do: the most frequent
     return {"instances": len(rows), "majority_answer": name_copy_share([rows[0]["majority"]] * len(rows), inputs),
             "best_constant": name_copy_share([best] * len(rows), inputs), "best_constant_text": best,
             "copy_name_oracle": name_copy_share(names, inputs)}

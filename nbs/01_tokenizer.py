@@ -322,7 +322,7 @@ assert 3_500 < rows_per_epoch < 4_500
 # 16 a step, so a pass is many more of its steps); nanoT5 sees over 2,000 times more text, every
 # row new. So a CPU run on this corpus learns what is frequent *within* it — function words, the
 # spelling of common words, the set phrases of addresses to Congress ("the state of the Union", "fellow
-# citizens") and local grammar — and, run for many epochs, starts to memorise the speeches themselves
+# citizens") and local grammar — and, run for many epochs, could start to memorise the speeches themselves
 # instead of generalising. It can learn no facts beyond what the speeches repeat, and little about rare words. That is
 # the right expectation for the demo in [05_pretraining](05_pretraining.ipynb): a loss well below the unigram
 # baselines (the loss of a model that predicts token frequencies without reading any context, defined in 05),
@@ -476,7 +476,8 @@ test_fail(lambda: sentinel_ids(load_tokenizer(tmp / "no_sentinels"), 100), conta
 # - `train_tokenizer` writes an ordinary `transformers` tokenizer directory; `load_tokenizer` also reads T5's
 #   own (`google/t5-v1_1-base`), and its ids equal `transformers`' T5 tokenizer and plain `sentencepiece` (checked
 #   where T5's files can be reached; the saved run here was offline and skipped it).
-# - `encode_batch` is the fast path (no offsets, no masks, Rust in parallel) for tokenizing a corpus.
+# - `encode_batch` is the batch path of the `transformers` tokenizer (no offsets, no masks, Rust in parallel) for
+#   tokenizing a corpus; plain `sentencepiece` per document is faster still on 2 cores (`benchmarks/tokenizer.py`).
 # - The speeches are 2.2M tokens, ≈ 3,900 rows of 568: about 30 steps of 128 rows. A model trained on them
 #   learns what is frequent within them, not general facts about the world.
 # - For a small model the vocabulary is the largest single cost (embedding + untied head = `2·V·d_model`),

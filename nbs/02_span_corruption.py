@@ -21,8 +21,9 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # picture of what the model sees, and what the two knobs (noise density, mean span length) do to the spans and
 # the lengths. They go into `nanot5_edu.noise`.
 #
-# This lesson builds the exact T5 recipe (T5's `random_spans_noise_mask`, as in HF's `run_t5_mlm_flax.py`,
-# which nanoT5 copies) as readable functions on one example. It uses the corpus of [00_data](00_data.ipynb)
+# This lesson builds T5's recipe (T5's `random_spans_noise_mask`, as in HF's `run_t5_mlm_flax.py`, which nanoT5
+# copies) as readable functions on one example. It is exact at T5's settings; at a noise density of exactly 0.5, T5's
+# length helper shortens both lengths by one (a "minor hack" in its code) and ours does not. It uses the corpus of [00_data](00_data.ipynb)
 # and the tokenizer of [01_tokenizer](01_tokenizer.ipynb). The next lesson, [02b](02b_span_batches.ipynb),
 # packs documents into rows and corrupts whole batches fast, checked equal to what is built here.
 
@@ -125,8 +126,11 @@ test_eq(noise_counts(568, 0.15, 3.0), (85, 28))
 # %% [markdown]
 # ## The noise mask
 #
-# T5 does not mask tokens independently: it fixes the **number** of noise tokens `n` and spans `s` (above),
-# then splits the noise tokens into `s` non-empty spans and the other tokens into `s` non-empty gaps, both
+# T5's span corruption (its paper's Section 3.3.4, the objective of the final T5 models and of nanoT5; the baseline
+# of Section 3.1.4 drops tokens independently) fixes the **number** of noise tokens `n` and spans `s` (above),
+# then splits the noise tokens into `s` non-empty spans and the other tokens into `s` non-empty gaps (possible only
+# while the row has at least `s` kept tokens: very short rows at high density break it; 02b's batch version
+# checks), both
 # uniformly at random, and interleaves them gap, span, gap, span… — so a row always starts with kept text
 # and ends with a span. Splitting `m` items into `s` non-empty parts uniformly is choosing which `s − 1` of
 # the `m − 1` places between items start a new part: shuffle a row of `s − 1` ones and `m − s` zeros.

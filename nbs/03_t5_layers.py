@@ -93,7 +93,7 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # ## The configuration
 #
 # One dataclass holds what defines the architecture, with the T5 v1.1 defaults. It converts to and from
-# `transformers.T5Config`. Presets: `tiny` (the CPU demo: 13.6M parameters), `t5-v1_1-small` and
+# `transformers.T5Config`. Presets: `tiny` (13.6M parameters; the CPU demo trains it cut to 1 + 1 layers), `t5-v1_1-small` and
 # `t5-v1_1-base` (nanoT5's model: 247,577,856 parameters; both counts are checked in 03b). Vocabulary sizes are padded to a multiple of 128
 # (32,100 ids → 32,128 rows) for fast matmuls, as Google did.
 #
@@ -338,8 +338,8 @@ test_eq(out[0, :, 2, 6], rpb.weight.detach()[relative_position_bucket(torch.tens
 #
 # T5 attention has two quirks: no `1/√d_kv` scaling (it is folded into the init of `q`, in 03b), and an additive
 # bias (relative positions + mask). `scaled_dot_product_attention` takes both: `scale=1.0` and the bias as a
-# float `attn_mask`: one fused op instead of HF's matmul → add → softmax → matmul chain (which kernel
-# runs is in the appendix).
+# float `attn_mask`: one call instead of a matmul → add → softmax → matmul chain (HF's T5 ran that chain until
+# transformers 5 gave it SDPA too, with the bias as its mask, by default; which kernel runs is in the appendix).
 #
 # The module keeps HF's parameter names (`q`, `k`, `v`, `o`, `relative_attention_bias`). For generation it
 # returns its keys and values as a small named pair, `KV`, and can take cached ones back; a decoder block
@@ -561,8 +561,10 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 #
 # **Which attention kernel runs.** FlashAttention kernels cannot take an arbitrary additive bias (let alone give it a
 # gradient), so with a bias PyTorch dispatches to the *memory-efficient* kernel on GPU (which supports an
-# additive mask, and its gradient) or the fused math/flash-CPU path on CPU — still one fused op instead of
-# HF's matmul → add → softmax(fp32) → dropout → matmul chain, and no fp32 copy of the score tensor under bf16.
+# additive mask, and its gradient). On CPU the flash-CPU kernel runs only where the mask needs no gradient (at
+# inference, and in cross-attention); in training the learned relative bias sends self-attention to the unfused
+# *math* path (matmul → add → softmax → matmul, half inputs upcast to fp32), as a profile of one training step with
+# torch 2.13 shows.
 #
 # **The position bias after training.** The learned relative-position bias per head is only worth plotting
 # after training (at init it is noise of std `d_model^-½`); export a checkpoint from the CPU demo

@@ -158,8 +158,8 @@ test_eq((enc_cache.cross_attn, dec_cache.cross_attn.k.shape), (None, (2, cfg.num
 # (`torch.finfo(dtype).min / 2`) and stay finite: float32's minimum becomes `-inf` once cast to 16 bits, fp16's own
 # minimum (HF's choice) once a large enough negative score is added to it (in bf16 the sum rounds back to the
 # minimum), and a row whose keys are all padding is then all
-# `-inf`, whose textbook softmax is `nan`. torch's attention kernels special-case such rows (finite either way on a 2-core CPU and on an H200:
-# `benchmarks/fp16_path.py`, results in `benchmarks/results/`), so this is a safeguard for any code that does not. The bias is cast to the compute
+# `-inf`, whose textbook softmax is `nan`. torch's math attention path uses a "safe" softmax that returns zeros for such rows (`aten::_safe_softmax`
+# in a profile), so this is a safeguard for any code that does not. The bias is cast to the compute
 # dtype (autocast's, when it is on) **once per stack**: every block shares one tensor, instead of each keeping its
 # own 16-bit copy for the backward pass.
 
@@ -457,8 +457,8 @@ for name, (w, expected) in stds.items():
 # %% [markdown]
 # ## Moving weights between HF and us
 #
-# Our state dict *is* HF's (minus the duplicated `encoder/decoder.embed_tokens` entries HF keeps for its
-# tied input embeddings). So `T5.from_hf` and `model.to_hf()` are state-dict copies with a strict key check,
+# Our state dict has HF's keys, the `encoder/decoder.embed_tokens` aliases of the shared embedding included;
+# `save_pretrained` leaves the aliases out of the file, as HF's files do. So `T5.from_hf` and `model.to_hf()` are state-dict copies with a strict key check,
 # and `model.save_pretrained(dir)` writes HF's format: `config.json` + `model.safetensors`. They are methods
 # of `T5`, added here with fastcore's `@patch` so that they can be read next to the format they convert.
 

@@ -352,7 +352,8 @@ print(f"EXTRAPOLATION (a straight line in log-compute through two points, not a 
 # the last 500 steps, where the cosine schedule has brought the learning rate near its floor). The demo recipe's two complete
 # schedules give +0.012 nats per doubling of compute (0.016 after the screen's 1,610 steps, 0.027 after the demo's
 # 3,000). A straight line in log-compute through those two points — **an extrapolation, not a measurement**: one
-# seed each, and nothing says the growth stays linear (it could speed up once the model learns to copy from its
+# seed each (the 1,610-step point is the demo seed's; the screen's other two seeds there scored lower, and lines
+# through them reach 0.1 far sooner, so the multiple below is the most distant of the three), and nothing says the growth stays linear (it could speed up once the model learns to copy from its
 # input, or flatten) — reaches 0.1 at about 82× the demo's compute, printed above in FLOPs. On the demo's CPU that is
 # many hours. In FLOPs it is little for a GPU, but how long it would take there this lesson cannot say: a model this
 # small uses a GPU's peak poorly, and no such run has been timed (the GPU cell below would measure it). That is the

@@ -219,8 +219,10 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # `DataLoader`'s `prefetch_factor` keeps 2 per worker unless told otherwise), those last a few steps, well under a
 # second of the H200 step above, against a build of seconds, so the GPU would wait at every block. So each worker
 # keeps a **whole block's batches** ready (`prefetch`, by default `shuffle_buffer / micro_batch`): it builds its next
-# block while the training process uses the current one, and the wait disappears whenever the workers keep up on
-# average. The cost is memory for the finished batches: a block of token ids per worker, megabytes at T5-Base's
+# block while the training process uses the current one, so the wait shrinks when the workers keep up on average
+# (with the demo model and 2 workers the training process waited for data 2.5% of its steps' time:
+# `benchmarks/results/cpu_2026-12-05/stream.log`; with a faster consumer, `stream_stalls.log` there still records
+# waits, a block build long). The cost is memory for the finished batches: a block of token ids per worker, megabytes at T5-Base's
 # sizes.
 # [`benchmarks/stream_stalls.py`](https://github.com/nanot5-edu/nanot5_edu/blob/main/benchmarks/stream_stalls.py) measures the
 # waits with 4 batches ready per worker (the old default) and with a block's worth. A bigger `data.shuffle_buffer`
@@ -477,7 +479,8 @@ def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, mi
 #   every worker.
 # - A rolling shuffle buffer loses its contents on resume; a block shuffle seeded by the block's position does not,
 #   and costs at most one block of re-reading.
-# - Each worker keeps a whole block's batches ready, so building the next block overlaps training.
+# - Each worker keeps a whole block's batches ready, so building the next block overlaps training (not all the wait
+#   goes: `stream_stalls.log`).
 # - A resume needs the same number of processes and workers: the saved position is per process and per worker.
 # - Workers that ignore SIGTERM (so that stopping stays the training process's job) must be stopped by their owner:
 #   `close()`, called when training ends and when Python exits.

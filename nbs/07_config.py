@@ -175,7 +175,7 @@ RUN_PRESETS = {
                     "eval.batch_size=128", "checkpoint.every_steps=5000", "logging.every_steps=100",
                     "logging.run_dir=runs/t5-base-16h"],
     # Colab's free T4 (16 GB, no bf16): a T5-v1.1-Small-sized model (77M) on C4 streamed from the hub, fp16 with loss
-    # scaling, 256-token inputs, micro-batch 64. Estimates, not measurements: ~7 GiB (estimate_memory); 0.17 s/step
+    # scaling, 256-token inputs, micro-batch 64. Estimates, not measurements: ~8 GiB (estimate_memory); 0.17 s/step
     # at an assumed 30% MFU of the T4's 65 TFLOP/s fp16, so 10,000 steps in ~28 min (41 at 20% MFU); one data worker
     # (Colab's 2 vCPUs) needs to supply ~110k raw tokens/s. No compile: those 2 vCPUs would spend minutes compiling.
     "colab-t4": ["model_preset=t5-v1_1-small", "data.corpus=c4", "data.tokenizer=google/t5-v1_1-base",

