@@ -79,7 +79,7 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # | 12 | cross-entropy against `labels` | a scalar, the mean over `B·114` targets |
 #
 # The encoder does the heavy lifting (512 positions), the decoder sees only 114: span corruption makes the
-# expensive half of an encoder-decoder cheap. Lesson 03b's appendix runs this batch through the finished `T5` on
+# expensive half of an encoder-decoder cheaper (the decoder's cross-attention still projects every encoder position). Lesson 03b's appendix runs this batch through the finished `T5` on
 # the `meta` device (shapes, no compute) and checks the table's shapes.
 #
 # ## What T5 v1.1 changed

@@ -166,7 +166,9 @@ for a, b in zip(whole, accumulated):
 #
 # - (a) the row's **own** input;
 # - (b) the input of **another passage of the same document** (the next packed row of that document, or the
-#   previous one for its last row): it says which document, but not what stood around these blanks;
+#   previous one for its last row): it says which document, and what the neighbouring text is about, but not what
+#   stood around these blanks (so `document_gain` below includes the local topic, and `span_gain` is a lower bound on
+#   reading a blank's own context);
 # - (c) the input of a row of **another document**.
 #
 # and the differences, in nats per target token, are
@@ -471,8 +473,8 @@ test_fail(lambda: fill_in(stub, fill_tok, "word " * 200 + "<extra_id_0>", max_in
 # %% [markdown]
 # ## The CPU demo
 #
-# The README's main command, `nanot5-edu pretrain`, runs exactly this: the `cpu-demo` preset, which is the best recipe
-# of an earlier sweep of 15 short runs (lesson [07](07_config.ipynb)'s appendix on how the `cpu-demo` preset was chosen shows it; the script:
+# The README's main command, `nanot5-edu pretrain`, runs exactly this: the `cpu-demo` preset, the recipe with the highest
+# encoder gain in an earlier one-seed sweep of 15 short runs (within a hundredth of the next) (lesson [07](07_config.ipynb)'s appendix on how the `cpu-demo` preset was chosen shows it; the script:
 # [experiments/demo_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/demo_sweep.py)). The
 # `tiny` model is cut to **1 encoder + 1 decoder layer** (`d_model=256`, 8 heads, gated-GELU `d_ff=1024`,
 # `vocab_size=8192`: 6.6M parameters). Each row is 141 raw tokens, corrupted into 128 encoder and 29 target tokens;

@@ -138,8 +138,9 @@ for g in GAINS:
 # mask, and its own input shows where the text resumes after each sentinel, so an input can say where a span ends;
 # this model predicts them about as well without it (loss 0.769, 0.769 and 0.767 under the three inputs). Both kinds of span token
 # gain about the same from the row's own context: 0.038 nats for tokens that also stand elsewhere in the input and
-# 0.036 for the rest. So there is **no sign of copying**: a model that copied words it can see in its input would
-# show a much larger `span_gain` on the first kind than on the second. Knowing the speech is worth more for the
+# 0.036 for the rest. So there is **no sign of copying** by this test: a model that copied words it can see in its
+# input would show a larger `span_gain` on the first kind than on the second (a weak test: frequent words also stand
+# in the other passage's input, so copying them would cancel out of the gain). Knowing the speech is worth more for the
 # span tokens that are not in the input, which are also the harder ones (`document_gain` 0.288 against 0.178; loss
 # 7.179 against 3.934).
 
@@ -295,7 +296,7 @@ for name in sorted({r["name"] for r in screen}):
 #   recipe (1 + 1) gives `span_gain` 0.016, 0.014 and 0.008 over three seeds (mean 0.013); 2 + 2 layers 0.011, 0.004
 #   and 0.009 (mean 0.008); 256-token inputs 0.009 [0.006, 0.011] (one seed). Seed-to-seed spread (0.008–0.016 for
 #   one recipe) is as large as most differences between recipes, so these three are not separated.
-# - **Depth did not buy span filling at this budget.** A 4-layer encoder (4 + 1) took 669 steps in the 5 minutes
+# - **Depth did not buy span filling at this budget** (at the demo's lr, 4e-2, tuned for the 1 + 1 model only). A 4-layer encoder (4 + 1) took 669 steps in the 5 minutes
 #   against the demo's 1,610 and reached 0.001, with its interval around zero. The narrow 4 + 1 model (d_model
 #   128) took as many steps as the demo (1,632) and reached only 0.002 [−0.001, 0.005]: more steps at fewer
 #   parameters did not help either.
@@ -390,15 +391,17 @@ print(f"the straight line through the two complete-schedule points (1,610 and 3,
 # Twice the compute gave `span_gain` 0.039 [0.031, 0.046]; the line predicted 0.038,
 # well inside that interval; `document_gain` rose from 0.171 to 0.224 and the held-out loss fell from 4.324 to 4.208. At 3,000 steps the
 # longer run, its learning rate still high, stood at 0.024 — close to the demo's 0.027 at its end — so its extra
-# `span_gain` came in its second 3,000 steps. One seed and one doubling: the line has passed one test, which makes
-# the extrapolation to 0.1 (6.4 more doublings) less of a guess, not a measurement.
+# `span_gain` came in its second 3,000 steps. One seed and one doubling: the result agrees with log-linear growth
+# over that doubling, but its interval also fits much steeper and flatter lines, so it does not narrow the
+# extrapolation to 0.1 (6.4 more doublings).
 
 # %% [markdown]
 # On a GPU the same recipe runs at a larger batch, and the question becomes how long the skill takes to
 # emerge there. This cell (`#| gpu`: it trains only on a machine with CUDA, and elsewhere says what it skipped) trains the demo recipe at batch 128
 # with bf16 and `torch.compile`, and prints the minutes at which `span_gain` first reaches 0.1 nats, with the three gains at the end. The
 # lr (4e-2) was chosen at batch 16 (lesson 07's appendix; the warmup, 100 steps, was not swept) and neither is re-tuned here. 30,000 steps of batch 128 are about the
-# compute the line above asks for (the cell prints the multiple of the demo's): the run tests the extrapolation. It
+# compute the line above asks for (the cell prints the multiple of the demo's): the run tests whether a batch-128
+# recipe gets there at that compute (a miss would not refute the line, which was drawn at batch 16). It
 # has not been run on a GPU yet, and the saved notebook holds no output for it (on a CPU it prints a skip message
 # with that multiple).
 

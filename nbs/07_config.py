@@ -571,7 +571,8 @@ test_close(base_total / 2**30, 57, eps=1); test_close(base4_total / 2**30, 17, e
 # These are estimates, and one GPU run has measured two of them (`benchmarks/gpu_check.sh` on an H200,
 # `benchmarks/results/h200_2026-12-04/gpu_check.json`): the bf16 step's peak memory was 19.6 GiB at micro-batch 32
 # and 68.5 GiB at micro-batch 128, both uncompiled, 1.13 and 1.21 times the estimate (the file's `peak_over_estimate`).
-# So the estimate runs low at these sizes: read it as a floor and leave room. Both measured peaks still fit the cards named
+# So the estimate runs low at these sizes for uncompiled steps: read it as a floor and leave room (the one compiled
+# step measured, at micro-batch 32, peaked at 0.92× the estimate). Both measured peaks still fit the cards named
 # above (24 GB, 80 GB); `grad_acc=2` on a 40 GB card was not measured and has less room to spare. A run that still
 # runs out of memory stops with a `TrainingError` that names the micro-batch, this estimate and the `optim.grad_acc`
 # that fits (the appendix at the end of this lesson).
@@ -878,7 +879,7 @@ for r in sorted(sweep, key=lambda r: (r["budget_s"], -r["encoder_gain"])):
 #   run takes 124 s instead of 98 s, compilation included.
 #
 # No recipe comes near the goal this earlier sweep had set, an encoder gain of 0.5 nats (before the split into
-# span and document gain, and the `span_gain` ≥ 0.1 goal of lessons 05 and 05b); the demo uses the best one, `L1-lr4e-2`.
+# span and document gain, and the `span_gain` ≥ 0.1 goal of lessons 05 and 05b); the demo uses `L1-lr4e-2`, the highest encoder gain (not separated from `L1-lr2e-2` by one seed; it also ran more steps).
 
 # %%
 #| hide

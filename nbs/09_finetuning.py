@@ -701,8 +701,8 @@ else:
 
 # %% [markdown]
 # The loss falls from 8.165 to 3.844, yet the overall Rouge-L and exact match sit on the majority baseline (17.8 against
-# 17.7, 15.3 against 14.7), and rank accuracy (46.0) is near the 50 of a coin on two options. What the model writes for
-# the E2E NLG instances explains it:
+# 17.7, 15.3 against 14.7), and rank accuracy (46.0) is near the 50 of a coin on two options. The overall tie averages
+# per-task gaps of both signs (the per-task rows); on E2E NLG, what the model writes shows the mechanism:
 
 # %%
 if one:
@@ -719,9 +719,10 @@ if one:
 # each task can get its own constant. So the falling loss can be real learning of the answer distribution without any
 # learning of input → answer (09b's control (b) measures whether the outputs depend on the input).
 #
-# Two explanations fit: the model is too small or too little pre-trained to read its input, or the pipeline is broken
-# (wrong labels, a prompt cut before the input, generation that ignores the encoder). The positive controls of the next
-# lesson, [09b](09b_what_pretraining_buys.ipynb), separate them.
+# Three explanations fit: the model is too small or too little pre-trained to read its input, the fine-tuning recipe
+# (200 steps at a constant rate) is too short for it, or the pipeline is broken (wrong labels, a prompt cut before the
+# input, generation that ignores the encoder). The positive controls of the next lesson,
+# [09b](09b_what_pretraining_buys.ipynb), separate "broken" from the other two.
 
 # %% [markdown]
 # ## What you learned
