@@ -120,7 +120,25 @@ def answers() -> str:
     return "\n\n".join(parts)
 
 
+def refresh_cpu_times(text: str) -> str:
+    "The lesson table's 'CPU: notebook' column from the last recorded test run, as in README's learning path"
+    runs = ROOT / "nbs" / "results" / "test_run.json"
+    if not runs.exists():
+        return text
+    seconds = json.loads(runs.read_text())["notebook_s"]
+
+    def row(m):
+        cols = m.group(0).split(" | ")  # "| NN", link, what, exercises, CPU: notebook, experiments |
+        stem = re.search(r"\(\.\./nbs/(\w+)\.ipynb\)", cols[1])
+        if stem and stem.group(1) in seconds:
+            s = seconds[stem.group(1)]
+            cols[4] = "< 1 s" if s < 1 else f"{s:.0f} s"
+        return " | ".join(cols)
+    return re.sub(r"^\| \d\d[a-z]? \| \[[^\]]+\]\(\.\./nbs/.*$", row, text, flags=re.M)
+
+
 def refresh(text: str) -> str:
+    text = refresh_cpu_times(text)
     for name, body in (("reading-time", reading_table()), ("answers", answers())):
         pattern = re.compile(rf"(<!-- generated:{name}[^>]*-->\n).*?(<!-- end:{name} -->)", re.S)
         if not pattern.search(text):
