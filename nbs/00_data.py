@@ -459,7 +459,7 @@ test_eq(next(iter(load_corpus(str(c4_dir / "c4-train.*.json.gz"), "validation"))
 # ## What is in the corpus?
 #
 # Before training on anything, look at it. `corpus_stats` counts documents, bytes and words (whitespace
-# split), plus the spread of document lengths — the numbers that decide how many tokens a run sees.
+# split), plus the spread of document lengths — the numbers that decide how much distinct text a run has, and so how often it repeats it.
 
 # %%
 #| export

@@ -170,7 +170,7 @@ print(f"corrupt_example: {1 / secs:,.0f} examples/s = {568 / secs / 1e6:.1f}M ra
 # (the `topk` of uniform random numbers over all slots) touches every slot with random numbers and a
 # partial sort. Cheaper: draw slots **with replacement** and keep the first `s − 1` *distinct* ones. That is
 # still exactly uniform — the procedure treats every slot alike, so every set of `s − 1` slots is equally
-# likely — and it needs only about `s` random numbers per row. In a batch:
+# likely — and it needs only a small multiple of `s` random numbers per row. In a batch:
 #
 # 1. draw a few more slots than needed (enough that a row almost never runs short; if one does, we draw
 #    again, so the result never depends on luck);
@@ -539,10 +539,10 @@ test_eq(next(iter(loader))["input_ids"].shape, (16, 128))
 # - Packing concatenates documents (EOS after each) and cuts fixed-length rows, dropping each group's
 #   remainder, for a list or a stream: no padding, and `documents=True` tags each row with the document most of
 #   it comes from.
-# - The readable version keeps up with a GPU; the batch version is for CPUs shared with the model (the demo) or
-#   with the tokenizer (many GPUs per host).
+# - The batch version is for CPUs shared with the model (the demo) or with the tokenizer (many GPUs per host); how
+#   much faster it is than a per-example loop is measured in `benchmarks/spans.py` (README's Speed table).
 # - `random_cuts` draws a batch of uniform random cut sets by drawing with replacement and keeping the first
-#   distinct draws: exactly uniform, about `s` random numbers per row, no sort.
+#   distinct draws: exactly uniform, a small multiple of `s` random numbers per row, no sort.
 # - `corrupt_spans` builds both outputs with `gather` from one `cumsum`-built source index; given the same
 #   masks it equals `corrupt_example` row for row, and `uncorrupt` rebuilds every row.
 # - `SpanCorruptionCollator` draws exactly the masks `random_spans_noise_mask` draws from the same generator

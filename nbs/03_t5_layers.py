@@ -499,7 +499,7 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 #   the bias as an additive mask; it equals the textbook `softmax(q·kᵀ + bias)·v` and HF's `T5Attention` within
 #   1e-5.
 # - The feed-forward is `wo(gelu_tanh(wi_0 x) ⊙ wi_1 x)` without biases, equal to HF's within 1e-6. Under fp16
-#   autocast its `wo` runs in fp32, as HF keeps it: an output beyond 65,504 would otherwise become `inf`.
+#   autocast its `wo` runs in fp32 (HF keeps `wo`'s weights in fp32 when a model is loaded in half precision, and clamps): an output beyond 65,504 would otherwise become `inf`.
 #
 # ## Questions
 #

@@ -520,7 +520,8 @@ losses(again)
 #    what the message suggests, and how the estimate changes with `optim.grad_acc=4`.
 # 2. **Stop and resume** (two minutes). In a terminal, run `nanot5-edu pretrain logging.run_dir=/tmp/stop
 #    train.max_minutes=1`, then `echo $?`. Look for the status, the last lines on stderr, and what the printed
-#    `resume:` command does when you run it. (Sending the run a SIGTERM — `kill -TERM PID` — once steps are
+#    `resume:` command does when you run it (it reloads the saved config, `train.max_minutes=1` included: add
+#    `train.max_minutes=null` to let it finish). (Sending the run a SIGTERM — `kill -TERM PID` — once steps are
 #    logged stops it the same way.)
 # 3. **Change one thing** (a minute). Relaunch the short run with `--config RUN_DIR logging.run_dir=NEW
 #    optim.lr=3e-2` and compare the logged losses with the first run's. Predict first: which logged values can
