@@ -22,8 +22,10 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # the lengths. They go into `nanot5_edu.noise`.
 #
 # This lesson builds T5's recipe (T5's `random_spans_noise_mask`, as in HF's `run_t5_mlm_flax.py`, which nanoT5
-# copies) as readable functions on one example. It is exact at T5's settings; at a noise density of exactly 0.5, T5's
-# length helper shortens both lengths by one (a "minor hack" in its code) and ours does not. It uses the corpus of [00_data](00_data.ipynb)
+# copies) as readable functions on one example. It is exact at T5's settings. Two edge cases differ in the length
+# helper: at a noise density of exactly 0.5, when the targets would come out longer than the inputs, T5's shortens both
+# by one (a "minor hack" in its code) and ours does not; and ours keeps at least one span, which T5's length helper
+# does not, so very short inputs at a low density can differ. It uses the corpus of [00_data](00_data.ipynb)
 # and the tokenizer of [01_tokenizer](01_tokenizer.ipynb). The next lesson, [02b](02b_span_batches.ipynb),
 # packs documents into rows and corrupts whole batches fast, checked equal to what is built here.
 

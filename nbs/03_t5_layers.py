@@ -338,8 +338,8 @@ test_eq(out[0, :, 2, 6], rpb.weight.detach()[relative_position_bucket(torch.tens
 #
 # T5 attention has two quirks: no `1/√d_kv` scaling (it is folded into the init of `q`, in 03b), and an additive
 # bias (relative positions + mask). `scaled_dot_product_attention` takes both: `scale=1.0` and the bias as a
-# float `attn_mask`: one call instead of a matmul → add → softmax → matmul chain (HF's T5 ran that chain until
-# transformers 5 gave it SDPA too, with the bias as its mask, by default; which kernel runs is in the appendix).
+# float `attn_mask`: one call instead of a matmul → add → softmax → matmul chain (HF's T5 ran that chain until a
+# transformers 5.x release gave it SDPA too, with the bias as its mask, by default; which kernel runs is in the appendix).
 #
 # The module keeps HF's parameter names (`q`, `k`, `v`, `o`, `relative_attention_bias`). For generation it
 # returns its keys and values as a small named pair, `KV`, and can take cached ones back; a decoder block
@@ -461,11 +461,11 @@ test_close(ff(x), ref_ff(x), eps=1e-6)
 # GPUs without bf16 (Colab's T4) train in fp16, whose largest number is 65,504. Under fp16 autocast every `nn.Linear`
 # runs in fp16, and `wo` is where T5 v1.1's activations grow largest: once one of its outputs grows past fp16's range
 # it becomes `inf`, and the loss `nan`. HF's T5 guards the same place in its own ways: it keeps `wo`'s weights in
-# fp32 when a model is loaded in half precision (`_keep_in_fp32_modules = ["wo"]` in `modeling_t5.py`, added for
+# fp32 when a model is loaded in fp16 (not bf16: `_keep_in_fp32_modules = ["wo"]` in `modeling_t5.py`, added for
 # flan-t5-xxl) and clamps fp16 hidden states that reach `inf`. Ours computes `wo` in fp32 under fp16 autocast (autocast
 # off for that one matmul); its output joins the residual stream, which is fp32 already. bf16 has fp32's range and
 # needs no guard. The price is one matmul in fp32: on an H200, a T5-Base fp16 step (micro-batch 32) took 1.035 times as
-# long with the guard as without it with TF32 on, as `fit` runs, and 1.30 times with TF32 off (`benchmarks/fp16_path.py`;
+# long with the guard as without it with TF32 on, as `fit` runs, and 1.30 times with TF32 off (torch's default then, not recorded in that file; `benchmarks/fp16_path.py`;
 # its records `fp16_path_2.json` and `fp16_path.json` in `benchmarks/results/h200_2026-12-04/`); a T4 has no TF32. The check below
 # scales `wo` until its outputs reach about 10⁵ and runs the layer three ways (CPU autocast supports fp16 too).
 
@@ -499,7 +499,7 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 #   the bias as an additive mask; it equals the textbook `softmax(q·kᵀ + bias)·v` and HF's `T5Attention` within
 #   1e-5.
 # - The feed-forward is `wo(gelu_tanh(wi_0 x) ⊙ wi_1 x)` without biases, equal to HF's within 1e-6. Under fp16
-#   autocast its `wo` runs in fp32 (HF keeps `wo`'s weights in fp32 when a model is loaded in half precision, and clamps): an output beyond 65,504 would otherwise become `inf`.
+#   autocast its `wo` runs in fp32 (HF keeps `wo`'s weights in fp32 when a model is loaded in fp16, and clamps): an output beyond 65,504 would otherwise become `inf`.
 #
 # ## Questions
 #
@@ -564,7 +564,7 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 # additive mask, and its gradient). On CPU the flash-CPU kernel runs only where the mask needs no gradient (at
 # inference, and in cross-attention); in training the learned relative bias sends self-attention to the unfused
 # *math* path (matmul → add → softmax → matmul, half inputs upcast to fp32), as a profile of one training step with
-# torch 2.13 shows.
+# torch 2.13 on CPU shows (the GPU dispatch is PyTorch's documented rule, not profiled here).
 #
 # **The position bias after training.** The learned relative-position bias per head is only worth plotting
 # after training (at init it is noise of std `d_model^-½`); export a checkpoint from the CPU demo

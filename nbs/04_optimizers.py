@@ -170,7 +170,7 @@ test_eq(late["adamw"].max() / late["adamw"].min() > 50, True)
 # 12.7–31.7 × lr, the norms by 1 × lr and the embedding by 0.3 × lr (only the rows of tokens in the batch get a
 # gradient). Training does not close the gap: over the last 50 steps the tensors span 0.175–16.9 × lr, a factor of
 # 96.3. One learning rate cannot suit both ends: whatever lr moves the norms by a useful fraction of themselves moves
-# `q` by about 90 times that fraction.
+# `q` by about 90 times that fraction at step 1, and still tens of times late in the run (the table above).
 
 # %% [markdown]
 # ## The fix: scale each tensor's step by its RMS
@@ -594,7 +594,8 @@ test_fail(lambda: get_optimizer("adamwscale", m.parameters(), 0), contains="must
 # 7. **Predict, then run:** in the hand-computed check, multiply `theta0` by 10. How much farther does θ move in
 #    three steps? How much farther would it with plain AdamW?
 # 8. At the same lr, AdamWScale's late fractional steps are 0.13–0.32 × lr and Adafactor's 0.72–0.99 × lr. Which
-#    two differences in nanoT5's Adafactor setting explain it?
+#    differences in nanoT5's Adafactor setting could explain it, which one cannot (clipping), and what run would
+#    isolate them?
 # 9. AdamWScale's weight decay `θ ← θ − lr · wd · θ` is not scaled by RMS. Does it remove the same fraction of every
 #    tensor?
 # 10. **Predict, then run:** `lrs("legacy", total=1000)[::100]` (the schedules' check cell defines `lrs`). What

@@ -518,9 +518,10 @@ Image(filename=demo["loss_plot"])
 # | `span_gain` = (b) − (a): the words around the blank | **0.027** | [0.022, 0.032] |
 # | `document_gain` = (c) − (b): which speech | **0.171** | [0.144, 0.210] |
 #
-# So most of what the encoder's input is worth to this model is knowing **which speech** it is reading; reading
-# the words around each blank is worth 0.027 nats, small but clear of zero (and above the 0.011 that an untrained
-# model shows from noise on 128 rows). During the run (`results/demo_run.json`) `document_gain` rose fast and early
+# So most of what the encoder's input is worth to this model is knowing **which speech** it is reading, and what the
+# neighbouring passage is about; reading the words around each blank is worth at least 0.027 nats, small but clear of
+# zero (and above the demo's own untrained step-0 value on the same rows, −0.001 [−0.005, 0.003] in
+# `results/demo_run.json`). During the run (`results/demo_run.json`) `document_gain` rose fast and early
 # (0.068 at step 750, 0.118 at 1,000) while `span_gain` crept (0.007 at 750, 0.012 at 1,000, 0.018 at 1,500, 0.027 at
 # 3,000). Of the goal we set, the held-out loss (≤ 4.5) is met; `span_gain` ≥ 0.1 is not.
 #
@@ -547,8 +548,8 @@ Image(filename=demo["loss_plot"])
 #   moves, far less than one bf16 rounding step.
 # - Gradient accumulation gives exactly the big batch's gradient when each micro-batch's loss is scaled by
 #   `1/grad_acc` and every micro-batch has the same number of target tokens.
-# - A falling training loss is not evidence of learning: the held-out loss has to beat the unigram and the
-#   per-position unigram baselines.
+# - A falling loss shows learning but not what was learned: the held-out loss has to beat the unigram and the
+#   per-position unigram baselines, and the encoder gains say what the input is used for.
 # - What the encoder's input is worth is measured by scoring each held-out target three times: `span_gain` = (b) − (a)
 #   is reading the words around the blank, `document_gain` = (c) − (b) is knowing the document, and `encoder_gain` =
 #   (c) − (a) is their sum; the uncertainty is a bootstrap over documents.

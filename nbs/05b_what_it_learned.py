@@ -111,7 +111,7 @@ for i in range(len(b["input_ids"])):
 # In the saved output most blanks score about the same under all three inputs; of those that do not, the second kind
 # is at least as common as the first. In the passage of speech 6 on a treaty with Great Britain,
 # "formally colonized" has log-probability −19.9 with its own input and −19.8 with the neighbouring passage, but
-# −24.8 with another speech's: the model knows what this speech talks about, not what stood around the blank. The
+# −24.8 with another speech's: the model knows what this part of the speech is about, not what stood around the blank. The
 # greedy fills are the other half of the story: nearly every blank gets "the" or "of the" (the last blank of each row
 # gets a longer run of frequent words, often a repeated "the United States and …"), and the top-5 first tokens are the same few
 # frequent words ("the", "of", ",", "and", "to", ".", and in speech 20 the piece "s") at 2–9% each, whatever the blank. The
@@ -236,7 +236,7 @@ else:
 # +0.66 nats); the same architecture at its random initialisation scores 50%, chance. The cell now also prints the
 # count of items and the probability of that count or more by chance alone (a binomial tail); the saved output
 # predates that print, so it is not shown here. On a probe of 30 items this is weak evidence: the model reads a little
-# of its passage, which agrees with its small `span_gain`. `google/t5-v1_1-small` could not be loaded where this output
+# of its passage, consistent with its encoder gain (the probe swaps in an unrelated passage, so it does not separate reading the blank's surroundings from knowing the passage's topic). `google/t5-v1_1-small` could not be loaded where this output
 # was saved (no network); run the cell where the hub is reachable to see what a model pre-trained on C4 scores.
 
 # %% [markdown]
@@ -301,7 +301,7 @@ for name in sorted({r["name"] for r in screen}):
 #   128) took as many steps as the demo (1,632) and reached only 0.002 [−0.001, 0.005]: more steps at fewer
 #   parameters did not help either.
 # - **Longer inputs did not help.** 512-token inputs (batch 4, so the same tokens per step) reached 0.001
-#   [0.000, 0.002]; 256 tokens 0.009. A model that barely reads the context it has may have no use for more; this
+#   [−0.000, 0.002], around zero; 256 tokens 0.009. A model that barely reads the context it has may have no use for more; this
 #   screen does not test why.
 # - `document_gain` follows roughly the same order (only 2 + 2 and 256 tokens swap places; 0.099–0.122 for the demo's three seeds, 0.030–0.096 for the rest): at this budget every
 #   recipe learns "which speech" before "which words around the blank", and the ones that learn less of one learn

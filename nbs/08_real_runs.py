@@ -738,7 +738,8 @@ test_eq(sorted(mfu), [3, 6, 9, 12])
 # are not deterministic, and that is not tested), because the checkpoint holds the data stream's
 # position and every random generator's state next to the weights and the optimizer. To see it, take a copy of
 # the 12-step run above and delete what came after its step-6 checkpoint — a machine that died right after
-# step 6 — then call `train` with the same config on that directory:
+# step 6 — then call `train` with the same config on that directory (its kept `metrics.jsonl` lines cover steps up to
+# 6, so the comparison that tests the resume is at steps 9 and 12):
 
 # %%
 crashed = tmp / "crashed"

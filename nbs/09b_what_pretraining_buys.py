@@ -251,8 +251,9 @@ if controls:
 # together, so four checkpoints cannot separate them; but the largest drop in fine-tuned loss comes in the first 500
 # steps (6.310 to 5.835) while `span_gain` is still small, 0.003 [0.001, 0.005] against 0.027 at step 3,000: that part
 # of what pre-training buys comes before most of the span filling. By step 500 the pre-training run's own held-out loss
-# has also done most of its fall (the table's second column), and `document_gain` is partly there: which of them the
-# transfer follows, these four checkpoints cannot isolate.
+# has also done most of its fall (the table's second column; much of that fall is learning token frequencies, which
+# neither gain measures), and `document_gain` is partly there: which of them the transfer follows, these four
+# checkpoints cannot isolate.
 
 # %% [markdown]
 # ## The experiment: what does pre-training buy at CPU scale?
@@ -443,7 +444,9 @@ if RESULTS.exists():
 # %% [markdown]
 # **What the saved runs show** (3 seeds each; "beyond seed spread": the seeds' ranges do not overlap):
 #
-# - **A lower held-out loss, less of it the more fine-tuning data.** The pre-trained start's lowest held-out loss is
+# - **A lower lowest held-out loss, less of it the more fine-tuning data** (on that measure only; at 100 per task the
+#   curves cross: the random start is lower early, the pre-trained one only at the last evaluation, by a hair, in the
+#   figure's right panel). The pre-trained start's lowest held-out loss is
 #   lower than the random start's by 0.771 nats at 10 instances per task (5.413 ± 0.075 vs 6.184 ± 0.109) and 0.435
 #   at 30 (4.603 ± 0.040 vs 5.038 ± 0.047), both beyond the seed spread, and by 0.124 at 100 (3.887 ± 0.074 vs
 #   4.011 ± 0.071), within it. Read the "lowest" row with care: it is the minimum over each run's evaluations, chosen
@@ -498,7 +501,8 @@ assert 1e4 < ratio < 1e5
 #
 # - Positive controls tell "too small" from "broken": the pipeline memorises most of 30 training instances (a setting where it
 #   must succeed), and the name-copy share, on which no single-name constant beats the most frequent restaurant's share,
-#   shows that the small models do not read their input reliably (a few of their rare varying answers do).
+#   shows that the small models do not read their input reliably (a few of their rare varying answers do, and one
+#   run of part (c) names the restaurant twice as often as the best constant: `results/finetune_controls.json`).
 # - What pre-training buys is measured against the same architecture and tokenizer from a random init, at several
 #   fine-tuning sizes, over seeds; a difference counts only beyond the seed spread.
 # - At CPU scale it buys a lower held-out loss on new instances of the seen tasks, in a pattern that changes with the
@@ -524,8 +528,8 @@ assert 1e4 < ratio < 1e5
 #    when the 3 seeds' ranges do not overlap, and how often would it count by chance alone, with no real difference?
 # 6. At 10 instances per task the pre-trained start's *lowest* held-out loss is 0.77 nats below the random start's, but
 #    its *final* one is not lower. Why, and what is optimistic about reporting the lowest?
-# 7. Why does the pre-trained start's advantage in held-out loss shrink from 0.77 nats (10 per task) to 0.12 (100 per
-#    task)?
+# 7. Why does the pre-trained start's advantage in *lowest* held-out loss shrink from 0.77 nats (10 per task) to 0.12
+#    (100 per task), and why do its curves at 100 per task cross the random start's?
 # 8. Before fine-tuning, the demo model's held-out loss is 8.16 and a random init's 9.45–9.50 (step 0 of the runs in
 #    `results/sni_experiment.json`); the demo never saw an SNI prompt. Where can a gap of more than a nat come from?
 #    Compare with the loss of a uniform guess over the 8,192 ids, $\ln 8{,}192 = 9.01$ (printed in

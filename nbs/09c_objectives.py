@@ -504,7 +504,9 @@ def objective_batches(rows: torch.Tensor, documents: torch.Tensor, collator, bat
 #   sequence; a prefix LM (either architecture) as its inputs; T5 as inputs ending in one sentinel whose span it
 #   writes; UL2 with its S token in front.
 # - **(c) fine-tuning** on sni-mini (lesson 09's data) from each checkpoint, with 09b's settings, scored by the
-#   held-out loss on the answers.
+#   held-out loss on the answers after the last step. With 10 instances per task that is deep in the regime where 09b
+#   saw every run overfit (and found no final-loss advantage of its pre-trained start), so (c) may rank how fast each
+#   model overfits as much as what pre-training transferred.
 
 # %%
 #| export
@@ -883,12 +885,14 @@ if saved:
 #   the rest. The random-init controls also differ by architecture (the table's last row), before any pre-training:
 #   against its own architecture's control (the last lines above) pre-training took more off the decoder-only
 #   setups' loss than off any encoder-decoder setup's, the seeds' ranges apart. So on (c) pre-training narrowed a gap
-#   that the architectures show without it; which architecture gained more depends on which comparison you read.
+#   that the architectures show without it: the decoder-only setups gained more against their own control, while
+#   which architecture ends lower is a different question that three seeds barely answer.
 # - **One architecture against the other at a fixed objective**: `prefix_lm` ran on both. The encoder-decoder LM is
 #   separated from the decoder-only prefix LM on (b), (c) and `document_gain` (on (c), not once each is read against
 #   its own control: above). At equal FLOPs it also took more steps and read more rows (the budget cell's output), so
 #   what (b) and `document_gain` show is that the encoder-decoder did better for the same counted FLOPs here, not why:
-#   more updates, more text and the encoder are not separated.
+#   more updates, more text, a learning rate tuned on this encoder-decoder's shape, and the encoder are not
+#   separated.
 # - `document_gain`'s interval is above zero in every run; `span_gain`'s in 9 of 15, and it stays small
 #   for every setup (the decoder-only LM's, the largest, is measured under a mask it never trained with). At this
 #   compute no setup has learned to use a passage's own context much.
@@ -896,8 +900,9 @@ if saved:
 # What a CPU's scale cannot decide: T5's and UL2's findings are about downstream quality after billions of tokens;
 # here each run had one FLOP budget (a couple of minutes of CPU each, in the results file), one model size, one corpus
 # and a learning rate tuned for T5 only.
-# The order on (a) and (b) follows the training task; whether an encoder pays off downstream, which is the papers'
-# question, is at most hinted at by (c).
+# (a)'s order and T5's last place on (b) follow the training task (the order among the LM-trained setups on (b) does
+# not simply follow it); whether an encoder pays off downstream, which is the papers' question, is at most hinted at
+# by (c), in a regime that overfits.
 
 # %% [markdown]
 # ## Try it

@@ -212,7 +212,8 @@ def pretrain_cmd(args: argparse.Namespace) -> int:
 # same instances (the task's majority answer, a copy of the input). `evaluate` reads the same `sni.*` keys as
 # `finetune`'s own evaluation (`sni.seen_instances_per_task`, `sni.unseen_instances_per_task`,
 # `sni.max_source_length`, `sni.max_target_length` as the generation length, `sni.eval_batch_size`), and writes
-# the JSON next to a local checkpoint, to the current directory for a hub name, or to `--out`.
+# the JSON into a local checkpoint's directory (`sni_eval.json`: in a fine-tuned run's directory it replaces the
+# fine-tune's own scores, so give `--out` to keep both), to the current directory for a hub name, or to `--out`.
 
 # %%
 #| export

@@ -23,8 +23,9 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # need `--multi_gpu` written out, as the repository's tests launch them: without a GPU (and no `accelerate config`) the
 # command above starts one process.)
 #
-# (It does not run inside the notebook: here `__name__` is `"__main__"` too, and it would read the notebook
-# runner's own arguments.)
+# (The cell below is marked `#| eval: false`: nbdev's test runner and docs build skip it. In Jupyter or Colab, "Run
+# all" would run it, and `main()` would read the kernel's own arguments and stop with an argument error: skip that
+# cell when you run the notebook by hand.)
 
 # %%
 #| default_exp __main__
