@@ -830,13 +830,16 @@ if saved:
 # orders, so among a score's 10 pairs about one separation is expected from noise alone (printed below).
 
 # %%
+def seed_gap(groups: dict, a: str, b: str, higher_is_better: bool) -> float:
+    "How far every seed of `a` is better than every seed of `b` (> 0: separated; ≤ 0: the seeds overlap)"
+    return min(groups[a]) - max(groups[b]) if higher_is_better else min(groups[b]) - max(groups[a])
+
 def ranking(saved, metric: str, higher_is_better: bool = False) -> str:
     groups = {name: [r[metric] for r in rs] for name, rs in by_setup(saved).items()}
     order = sorted(groups, key=lambda n: statistics.mean(groups[n]), reverse=higher_is_better)
     parts = [f"{order[0]} ({statistics.mean(groups[order[0]]):.3f})"]
     for a, b in zip(order, order[1:]):
-        worse, better = (groups[b], groups[a])
-        apart = (min(better) > max(worse)) if higher_is_better else (max(better) < min(worse))
+        apart = seed_gap(groups, a, b, higher_is_better) > 0
         parts.append(f"{'<' if not higher_is_better else '>'}{'' if apart else '≈'} {b} ({statistics.mean(groups[b]):.3f})")
     return f"{metric}: " + " ".join(parts)
 
@@ -844,7 +847,7 @@ def separated_pairs(saved, metric: str, higher_is_better: bool = False) -> list[
     "Every pair of setups whose seeds do not overlap on `metric`, the better one first, with the gap between them"
     groups = {name: [r[metric] for r in rs] for name, rs in by_setup(saved).items()}
     sign = ">" if higher_is_better else "<"
-    gap = lambda a, b: min(groups[a]) - max(groups[b]) if higher_is_better else min(groups[b]) - max(groups[a])
+    gap = lambda a, b: seed_gap(groups, a, b, higher_is_better)
     return [f"{a} {sign} {b} (gap {gap(a, b):.3f})" for a in groups for b in groups if a != b and gap(a, b) > 0]
 
 if saved:

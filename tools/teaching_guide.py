@@ -120,19 +120,25 @@ def answers() -> str:
     return "\n\n".join(parts)
 
 
+def notebook_seconds() -> dict:
+    "Each notebook's time in the last recorded test run (nbs/results/test_run.json), {} before one is recorded"
+    runs = ROOT / "nbs" / "results" / "test_run.json"
+    return json.loads(runs.read_text())["notebook_s"] if runs.exists() else {}
+
+
+def cpu_time(seconds: float) -> str:
+    return "< 1 s" if seconds < 1 else f"{seconds:.0f} s"
+
+
 def refresh_cpu_times(text: str) -> str:
     "The lesson table's 'CPU: notebook' column from the last recorded test run, as in README's learning path"
-    runs = ROOT / "nbs" / "results" / "test_run.json"
-    if not runs.exists():
-        return text
-    seconds = json.loads(runs.read_text())["notebook_s"]
+    seconds = notebook_seconds()
 
     def row(m):
         cols = m.group(0).split(" | ")  # "| NN", link, what, exercises, CPU: notebook, experiments |
         stem = re.search(r"\(\.\./nbs/(\w+)\.ipynb\)", cols[1])
         if stem and stem.group(1) in seconds:
-            s = seconds[stem.group(1)]
-            cols[4] = "< 1 s" if s < 1 else f"{s:.0f} s"
+            cols[4] = cpu_time(seconds[stem.group(1)])
         return " | ".join(cols)
     return re.sub(r"^\| \d\d[a-z]? \| \[[^\]]+\]\(\.\./nbs/.*$", row, text, flags=re.M)
 
@@ -151,7 +157,7 @@ def refresh_index(text: str) -> str:
     """nbs/index.py's lesson table: the reading estimate (nbs/results/reading.json) and the notebook's CPU time in the
     last recorded test run (nbs/results/test_run.json, written by `NANOT5_EDU_TEST_RECORD=... pytest`), per row"""
     runs = ROOT / "nbs" / "results" / "test_run.json"
-    seconds = json.loads(runs.read_text())["notebook_s"] if runs.exists() else {}
+    seconds = notebook_seconds()
     r = reading()
 
     def row(m):
@@ -161,8 +167,7 @@ def refresh_index(text: str) -> str:
             raise SystemExit(f"nbs/index.py's lesson table: no lesson link in the third column of {m.group(0)[:60]!r}")
         cols[5] = f"≈ {r[stem.group(1)]['reading_min']} min"
         if stem.group(1) in seconds:
-            s = seconds[stem.group(1)]
-            cols[6] = "< 1 s" if s < 1 else f"{s:.0f} s"
+            cols[6] = cpu_time(seconds[stem.group(1)])
         return " | ".join(cols)
     text = re.sub(r"^# \| \d\d[a-z]? \| \[.*$", row, text, flags=re.M)
     if runs.exists():  # the README's test command: what its last recorded run took
