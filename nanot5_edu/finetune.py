@@ -351,7 +351,7 @@ class SNIConfig:
     max_target_length: int = 128  # also the generation length at evaluation
     instances_per_task: int = 100  # training instances per training task
     eval_on: str = "both"  # seen | unseen | both
-    seen_instances_per_task: int = 10  # held-out instances per training task (756 tasks in the full SNI)
+    seen_instances_per_task: int = 10  # held-out instances per training task
     unseen_instances_per_task: int = 100  # first instances of each test task (SNI's official setting: 100)
     num_pos_examples: int = 2
     eval_batch_size: int = 16

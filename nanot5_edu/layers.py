@@ -58,7 +58,10 @@ class ModelConfig:
         if not getattr(cfg, "is_gated_act", False) or cfg.dense_act_fn not in ("gelu_new", "gelu_pytorch_tanh"):
             raise ValueError(f"Only gated-GELU T5 (v1.1, flan-t5) is supported, got feed_forward_proj="
                              f"{cfg.feed_forward_proj!r}: use a t5-v1_1 / flan-t5 checkpoint.")
-        return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls) if hasattr(cfg, f.name)})
+        kw = {f.name: getattr(cfg, f.name) for f in fields(cls) if hasattr(cfg, f.name)}
+        if hasattr(cfg, "scale_decoder_outputs"):  # transformers 5 forces tie_word_embeddings=True; this keeps the saved flag
+            kw["tie_word_embeddings"] = cfg.scale_decoder_outputs
+        return cls(**kw)
 
 
 MODEL_PRESETS = {

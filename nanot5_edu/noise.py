@@ -49,7 +49,7 @@ def compute_input_and_target_lengths(inputs_length: int,  # tokens the encoder s
         raise SpanCorruptionError(f"inputs_length={inputs_length} is too short to hold one span, its sentinel and "
                                   "EOS: use inputs_length >= 4 (T5 uses 512).")
     raw = inputs_length
-    while raw > 2 and lengths(raw)[0] > inputs_length:  # only at extreme densities
+    while raw > 2 and lengths(raw)[0] > inputs_length:  # mean span 1, or extreme densities: step down
         raw -= 1
     while lengths(raw + 1)[0] <= inputs_length:
         raw += 1

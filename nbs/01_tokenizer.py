@@ -18,8 +18,8 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # `transformers` tokenizer directory: `AutoTokenizer.from_pretrained(out_dir)` loads it with no code of ours.
 #
 # **What you will build**: `train_tokenizer` (an 8,000-piece unigram vocabulary of the speeches, the same
-# bytes on every retrain), `load_tokenizer` (ours, a T5 directory or a hub name), the fast `encode_batch` every
-# later notebook uses, and `sentinel_ids`. On the way you will compare unigram with BPE, measure what a piece
+# bytes on every retrain), `load_tokenizer` (ours, a T5 directory or a hub name), the batch `encode_batch` the
+# pre-training data pipeline uses (02b onward), and `sentinel_ids`. On the way you will compare unigram with BPE, measure what a piece
 # costs (≈ 1.2 per word) and decide the demo's vocabulary size.
 
 # %%
@@ -236,8 +236,10 @@ assert 1.0 < per_word["unigram"] < 1.6 and 1.0 < per_word["bpe"] < 1.6
 # `tokenizer(texts)` also computes offsets and attention masks we never use in pre-training. The
 # tokenizers library's `encode_batch_fast` skips the offsets (they come back as zeros) and runs in parallel over
 # documents in Rust; taking only each encoding's ids, we never copy a mask into Python. Our `encode_batch` below wraps
-# it (falling back to the library's plain `encode_batch` on older versions) and is what every later notebook uses
-# (`benchmarks/tokenizer.py` measures it).
+# it (falling back to the library's plain `encode_batch` on older versions) and is what the pre-training data pipeline
+# uses from 02b on. It is not the fastest way to tokenize: plain `sentencepiece`, one document at a time, is faster
+# still on 2 cores (`benchmarks/tokenizer.py` measures both; the summary below). We use it because its ids are the
+# `transformers` tokenizer's, the one fine-tuning and the exported model use.
 
 # %%
 #| export
@@ -468,7 +470,7 @@ test_fail(lambda: sentinel_ids(load_tokenizer(tmp / "no_sentinels"), 100), conta
 # ## What you learned
 #
 # - Subwords sit between words (short sequences, but an open vocabulary: 8.3% of running words missing at
-#   8,000 whitespace words, 3.5% with punctuation split off) and characters (never missing, but ≈ 6 symbols per word): ≈ 1.2 pieces per word here.
+#   8,000 whitespace words, 3.5% with punctuation split off) and characters (almost never missing, but ≈ 6 symbols per word): ≈ 1.2 pieces per word here.
 # - SentencePiece **unigram** (T5's choice) prunes a large seed vocabulary to the pieces that best explain the
 #   corpus; **BPE** merges frequent pairs bottom-up. Both compress *this* corpus; neither knows morphology.
 # - A T5 tokenizer has pad 0, eos 1, unk 2, no bos, and 100 sentinels `<extra_id_0…99>` as the **last** ids,
@@ -476,8 +478,8 @@ test_fail(lambda: sentinel_ids(load_tokenizer(tmp / "no_sentinels"), 100), conta
 # - `train_tokenizer` writes an ordinary `transformers` tokenizer directory; `load_tokenizer` also reads T5's
 #   own (`google/t5-v1_1-base`), and its ids equal `transformers`' T5 tokenizer and plain `sentencepiece` on the
 #   tested strings (checked where T5's files can be reached; the saved run here was offline and skipped it). On our own
-#   vocabulary the two differ on a few speeches, where rare ties break differently
-#   (`benchmarks/results/cpu_2026-12-05/tokenizer.log`), so the `sentencepiece`-measured figures above describe very
+#   vocabulary the two differ on a few speeches (`benchmarks/results/cpu_2026-12-05/tokenizer.log`; the log reads
+#   them as near-ties between two segmentations broken differently, which the script states but does not measure), so the `sentencepiece`-measured figures above describe very
 #   nearly, not exactly, the ids training sees.
 # - `encode_batch` is the batch path of the `transformers` tokenizer (no offsets, no masks, Rust in parallel) for
 #   tokenizing a corpus; plain `sentencepiece` per document is faster still on 2 cores (`benchmarks/tokenizer.py`).

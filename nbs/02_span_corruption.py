@@ -21,11 +21,13 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # picture of what the model sees, and what the two knobs (noise density, mean span length) do to the spans and
 # the lengths. They go into `nanot5_edu.noise`.
 #
-# This lesson builds T5's recipe (T5's `random_spans_noise_mask`, as in HF's `run_t5_mlm_flax.py`, which nanoT5
-# copies) as readable functions on one example. It is exact at T5's settings. Two edge cases differ in the length
-# helper: at a noise density of exactly 0.5, when the targets would come out longer than the inputs, T5's shortens both
-# by one (a "minor hack" in its code) and ours does not; and ours keeps at least one span, which T5's length helper
-# does not, so very short inputs at a low density can differ. It uses the corpus of [00_data](00_data.ipynb)
+# This lesson builds T5's recipe (T5's `random_spans_noise_mask`, as in the version of HF's `run_t5_mlm_flax.py` that
+# nanoT5 copies; today's HF script counts spans differently above density 0.5) as readable functions on one example.
+# It is exact at T5's settings. Three edge cases differ in the length helper: at a mean span length of 1 (every noise
+# token its own span) T5's returns a raw length whose corrupted input is one token too long, since its search never
+# steps down, and ours steps down; at a noise density of exactly 0.5, when the targets would come out longer than the
+# inputs, T5's shortens the raw length and the target by one (a "minor hack" in its code) and ours does not; and ours
+# keeps at least one span, which T5's length helper does not, so very short inputs at a low density can differ. It uses the corpus of [00_data](00_data.ipynb)
 # and the tokenizer of [01_tokenizer](01_tokenizer.ipynb). The next lesson, [02b](02b_span_batches.ipynb),
 # packs documents into rows and corrupts whole batches fast, checked equal to what is built here.
 
@@ -108,7 +110,7 @@ def compute_input_and_target_lengths(inputs_length: int,  # tokens the encoder s
         raise SpanCorruptionError(f"inputs_length={inputs_length} is too short to hold one span, its sentinel and "
                                   "EOS: use inputs_length >= 4 (T5 uses 512).")
     raw = inputs_length
-    while raw > 2 and lengths(raw)[0] > inputs_length:  # only at extreme densities
+    while raw > 2 and lengths(raw)[0] > inputs_length:  # mean span 1, or extreme densities: step down
         raw -= 1
     while lengths(raw + 1)[0] <= inputs_length:
         raw += 1

@@ -15,8 +15,10 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # twin in `transformers.models.t5.modeling_t5` **on the same weights and inputs**. The module and parameter names
 # mirror Hugging Face's (`q`, `k`, `v`, `o`, `wi_0`, …), so that in lesson [03b](03b_t5_model.ipynb), where the
 # layers become the whole model, a checkpoint moves between the two by copying the state dict. What is different
-# is inside: attention goes through `torch.nn.functional.scaled_dot_product_attention` (SDPA: PyTorch's fused
-# attention kernel), with T5's relative position bias as an additive mask. The layers need only torch;
+# is inside: the code is written to be read one layer at a time, and attention is one call of
+# `torch.nn.functional.scaled_dot_product_attention` (SDPA: PyTorch's attention function, fused where a kernel allows)
+# with T5's relative position bias, combined with the mask once per stack, as an additive mask (HF's T5 also calls
+# SDPA by default in transformers 5; the Attention section says how the two compare). The layers need only torch;
 # `transformers` is the reference.
 #
 # It needs from [02b_span_batches](02b_span_batches.ipynb) only the shapes of one training batch (the table
@@ -93,7 +95,8 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # ## The configuration
 #
 # One dataclass holds what defines the architecture, with the T5 v1.1 defaults. It converts to and from
-# `transformers.T5Config`. Presets: `tiny` (13.6M parameters; the CPU demo trains it cut to 1 + 1 layers), `t5-v1_1-small` and
+# `transformers.T5Config` (transformers 5's `T5Config` forces `tie_word_embeddings=True` and keeps the saved flag as
+# `scale_decoder_outputs`, which is what `from_hf` reads). Presets: `tiny` (13.6M parameters; the CPU demo trains it cut to 1 + 1 layers), `t5-v1_1-small` and
 # `t5-v1_1-base` (nanoT5's model: 247,577,856 parameters; both counts are checked in 03b). Vocabulary sizes are padded to a multiple of 128
 # (32,100 ids → 32,128 rows) for fast matmuls, as Google did.
 #
@@ -143,7 +146,10 @@ class ModelConfig:
         if not getattr(cfg, "is_gated_act", False) or cfg.dense_act_fn not in ("gelu_new", "gelu_pytorch_tanh"):
             raise ValueError(f"Only gated-GELU T5 (v1.1, flan-t5) is supported, got feed_forward_proj="
                              f"{cfg.feed_forward_proj!r}: use a t5-v1_1 / flan-t5 checkpoint.")
-        return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls) if hasattr(cfg, f.name)})
+        kw = {f.name: getattr(cfg, f.name) for f in fields(cls) if hasattr(cfg, f.name)}
+        if hasattr(cfg, "scale_decoder_outputs"):  # transformers 5 forces tie_word_embeddings=True; this keeps the saved flag
+            kw["tie_word_embeddings"] = cfg.scale_decoder_outputs
+        return cls(**kw)
 
 
 MODEL_PRESETS = {
@@ -163,6 +169,9 @@ def get_config(name: str, **overrides) -> ModelConfig:
 # %%
 test_eq(ModelConfig.from_hf(get_config("t5-v1_1-base").to_hf()), get_config("t5-v1_1-base"))
 test_eq(get_config("tiny").to_hf().tie_word_embeddings, False)
+from transformers import T5Config  # a v1.1 config.json as saved on the hub: untied, though transformers 5 sets the flag True
+test_eq(ModelConfig.from_hf(T5Config.from_dict({"tie_word_embeddings": False, "feed_forward_proj": "gated-gelu"})).tie_word_embeddings, False)
+test_eq(ModelConfig.from_hf(T5Config.from_dict({"tie_word_embeddings": True, "feed_forward_proj": "gated-gelu"})).tie_word_embeddings, True)
 test_fail(lambda: get_config("t5-xxl"), contains="Unknown model preset")
 
 
@@ -197,10 +206,11 @@ test_eq(hf_tiny.encoder.embed_tokens is hf_tiny.shared is hf_tiny.decoder.embed_
 # $$y = w \odot \frac{x}{\sqrt{\operatorname{mean}(x^2) + \epsilon}},$$
 #
 # with the mean taken in fp32 even under bf16: in fp16, `x²` overflows once |x| passes 256 (the largest fp16 is
-# 65,504), and bf16 keeps only 8 bits of mantissa for the sum. `F.rms_norm` is exactly this formula in one op; we give it
+# 65,504), and bf16 keeps only 8 bits of precision (7 stored) for the sum. `F.rms_norm` is exactly this formula in one op; we give it
 # `x` in fp32. With half-precision weights (a model cast to bf16), HF rounds the normalised `x` to the
 # weight's dtype *before* scaling, so then we scale after the op. (And a small helper: dropout with `p = 0`
-# — nanoT5's pre-training setting — becomes `nn.Identity`, so training does not multiply by an all-ones mask.)
+# — nanoT5's pre-training setting — becomes `nn.Identity`, so a printed model shows no dropout where none acts;
+# `nn.Dropout(0.0)` would return its input unchanged too.)
 
 # %%
 #| export
@@ -304,8 +314,9 @@ axs[1].set_xlabel("key position − query position"); plt.tight_layout(); plt.sh
 
 # %% [markdown]
 # The bias is one embedding of `num_buckets × num_heads`, owned by the **first** block of each stack and
-# reused by all its blocks. The stack (built in 03b) computes it once per forward pass, adds the padding (or
-# causal) mask to it, and hands the sum to every block as one additive attention mask.
+# reused by all its blocks. The stack (built in 03b) computes it once per forward pass, replaces its masked entries
+# (padding, or the causal future) with a large negative value, and hands the result to every block as one additive
+# attention mask.
 
 # %%
 #| export
@@ -459,7 +470,8 @@ test_close(ff(x), ref_ff(x), eps=1e-6)
 # ### fp16 and the feed-forward
 #
 # GPUs without bf16 (Colab's T4) train in fp16, whose largest number is 65,504. Under fp16 autocast every `nn.Linear`
-# runs in fp16, and `wo` is where T5 v1.1's activations grow largest: once one of its outputs grows past fp16's range
+# runs in fp16, and `wo` is the layer to watch: in lesson [07](07_config.ipynb)'s fp16 measurement of the demo model
+# its outputs are the largest of any `Linear`, and HF's T5 keeps it in fp32 too (transformers issue 20287). Once one of its outputs grows past fp16's range
 # it becomes `inf`, and the loss `nan`. HF's T5 guards the same place in its own ways: it keeps `wo`'s weights in
 # fp32 when a model is loaded in fp16 (not bf16: `_keep_in_fp32_modules = ["wo"]` in `modeling_t5.py`, added for
 # flan-t5-xxl) and clamps fp16 hidden states that reach `inf`. Ours computes `wo` in fp32 under fp16 autocast (autocast
@@ -484,6 +496,7 @@ print(f"largest |output| in fp32: {reference.abs().max():,.0f}; fp16 without the
 test_eq(bool(torch.isinf(unguarded).any()), True)
 test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 
+
 # %% [markdown]
 # ## What you learned
 #
@@ -495,7 +508,8 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 # - Positions enter only as a learned per-head bias of the bucketed key − query distance: exact below 8 (below 16 in
 #   the causal decoder), log-spaced up to 128, one bucket beyond. One table of `num_buckets × num_heads` scalars serves
 #   a whole stack.
-# - Attention is unscaled (the `1/√d_kv` lives in the init of `q`, lesson 03b) and runs as one fused SDPA call with
+# - Attention is unscaled (the `1/√d_kv` lives in the init of `q`, lesson 03b) and runs as one SDPA call (fused on GPU
+#   and at CPU inference; the math path in CPU training) with
 #   the bias as an additive mask; it equals the textbook `softmax(q·kᵀ + bias)·v` and HF's `T5Attention` within
 #   1e-5.
 # - The feed-forward is `wo(gelu_tanh(wi_0 x) ⊙ wi_1 x)` without biases, equal to HF's within 1e-6. Under fp16
@@ -563,13 +577,31 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 # gradient), so with a bias PyTorch dispatches to the *memory-efficient* kernel on GPU (which supports an
 # additive mask, and its gradient). On CPU the flash-CPU kernel runs only where the mask needs no gradient (at
 # inference, and in cross-attention); in training the learned relative bias sends self-attention to the unfused
-# *math* path (matmul → add → softmax → matmul, half inputs upcast to fp32), as a profile of one training step with
-# torch 2.13 on CPU shows (the GPU dispatch is PyTorch's documented rule, not profiled here).
+# *math* path (matmul → add → softmax → matmul, half inputs upcast to fp32), as the profile below shows for torch on
+# CPU (the GPU dispatch is PyTorch's documented rule, not profiled here).
 #
 # **The position bias after training.** The learned relative-position bias per head is only worth plotting
 # after training (at init it is noise of std `d_model^-½`); export a checkpoint from the CPU demo
 # (`nanot5-edu pretrain`, [05_pretraining](05_pretraining.ipynb)) and read its
 # `encoder.block.0.layer.0.SelfAttention.relative_attention_bias` to see which distances each head favours.
+
+# %%
+def sdpa_kernels(bias_needs_grad: bool, training: bool) -> list[str]:
+    "The attention ops the profiler records for one SDPA call with an additive bias (and its backward, in training)"
+    q, k, v = (torch.randn(2, 4, 16, 8, requires_grad=training) for _ in range(3))
+    bias = torch.randn(1, 4, 16, 16, requires_grad=bias_needs_grad)
+    with torch.profiler.profile() as prof:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0)
+        if training:
+            out.sum().backward()
+    return sorted({e.key for e in prof.key_averages() if "attention" in e.key or "softmax" in e.key})
+
+print(torch.__version__)
+for name, args in [("training, learned bias (self-attention)", (True, True)),
+                   ("training, bias without gradient (cross-attention's mask)", (False, True)),
+                   ("inference", (False, False))]:
+    print(f"{name:58}", sdpa_kernels(*args))
+test_eq("aten::_scaled_dot_product_attention_math" in sdpa_kernels(True, True), True)  # the prose above says so
 
 # %% [markdown]
 # ## Appendix: one more view

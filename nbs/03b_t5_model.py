@@ -158,8 +158,8 @@ test_eq((enc_cache.cross_attn, dec_cache.cross_attn.k.shape), (None, (2, cfg.num
 # (`torch.finfo(dtype).min / 2`) and stay finite: float32's minimum becomes `-inf` once cast to 16 bits, fp16's own
 # minimum (HF's choice) once a large enough negative score is added to it (in bf16 the sum rounds back to the
 # minimum), and a row whose keys are all padding is then all
-# `-inf`, whose textbook softmax is `nan`. torch's math attention path uses a "safe" softmax that returns zeros for such rows (`aten::_safe_softmax`
-# in a profile), so this is a safeguard for any code that does not. The bias is cast to the compute
+# `-inf`, whose textbook softmax is `nan`. torch's math attention path uses a "safe" softmax that returns zeros for such rows (`aten::_safe_softmax`,
+# in lesson 03's profile), so this is a safeguard for any code that does not. The bias is cast to the compute
 # dtype (autocast's, when it is on) **once per stack**: every block shares one tensor, instead of each keeping its
 # own 16-bit copy for the backward pass.
 
@@ -234,7 +234,7 @@ class Stack(nn.Module):
 # What every layer of a stack receives, for a padded batch of two rows (12 encoder tokens, the second row
 # padded after 8; 6 decoder tokens): the position bias of head 0, its masked entries replaced by half of fp32's most
 # negative value (the softmax gives them weight 0) and drawn black. Cross-attention has no position bias,
-# only the encoder's padding mask. The bias table here is random, as at init.
+# only the encoder's padding mask. The bias table here is random (std 1, larger than at init, so the colours show).
 
 # %%
 cfg = ModelConfig(d_model=32, d_kv=8, num_heads=4, relative_attention_num_buckets=16, relative_attention_max_distance=20)
@@ -675,8 +675,8 @@ assert all(1 <= measured[n]["fixed, d_model^-½"][1] < 1.1 for n in measured)   
 # - T5 v1.1 is a pre-norm encoder-decoder: every sublayer is `h + f(RMSNorm(h))`, an encoder block is
 #   self-attention then feed-forward, a decoder block adds cross-attention in between, and each stack ends with an
 #   RMSNorm.
-# - A stack computes block 0's position bias once, adds the padding (or causal) mask to it and hands the sum to
-#   every block; cross-attention gets only the encoder's padding mask.
+# - A stack computes block 0's position bias once, replaces its masked entries (padding, or the causal future) with a
+#   large negative value and hands the result to every block; cross-attention gets only the encoder's padding mask.
 # - The init sets each weight matrix's std from its fan-in (embeddings 1, the position-bias table `d_model^-½`) and
 #   puts attention's `1/√d_kv` into `q`. HF's std-1 untied LM
 #   head starts the loss at ≈ 7× ln V for `tiny` and ≈ 10× for Base; `d_model^-½` starts it just above ln V.
@@ -722,7 +722,8 @@ assert all(1 <= measured[n]["fixed, d_model^-½"][1] < 1.1 for n in measured)   
 # 3. **What the cache buys** (a minute). For an untrained `tiny` model and a batch of 4 random 128-token inputs,
 #    time `model.generate(x, 32)` against a loop that appends the argmax of
 #    `model(x, decoder_input_ids=out).logits[:, -1]` 32 times. Check that the tokens are equal, then compare the
-#    times at 32 and 128 new tokens.
+#    times at 32 and 128 new tokens. The loop without a cache also re-runs the encoder at every step, so its extra
+#    time counts both the re-encoding and the decoder's recomputation; time one encoder pass on its own to split them.
 #
 # Next: lesson [04](04_optimizers.ipynb) chooses the optimizer that trains this model.
 

@@ -65,7 +65,7 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # `|Δθ| / |θ| = lr · RMS(m̂/√v̂) / RMS(θ)`,  with `RMS(θ) = ‖θ‖₂ / √numel(θ)`:
 #
 # small weights move by a large fraction of themselves. T5-Base's tensors at init, with the fraction plain AdamW
-# moves each by at its first step (`lr / RMS(θ)`), at nanoT5's lr 2e-2:
+# moves each by at its first step (`lr / RMS(θ)`), at nanoT5's peak lr 2e-2:
 
 # %%
 def kind(name):
@@ -118,7 +118,7 @@ print(f"m̂/√v̂ after 10,000 zero gradients and one of 1: {adam_ratio([0.0] *
 # One step at init says little about training, where m̂/√v̂ shrinks as the gradients turn noisy. So we train a
 # small T5 — `tiny` cut to 1 encoder + 1 decoder layer, on the embedded corpus (State of the Union speeches), batch
 # 16, inputs of 128 tokens, cosine schedule (built at the end of this lesson: its warmup, over the first 15% of
-# steps, starts at half the peak lr), gradient clipping at 1.0, 200 steps, seed 0 — and record `|Δθ| / (lr·|θ|)` for
+# steps, starts at half the peak lr), gradient clipping at 1.0, bf16 autocast, 200 steps, seed 0 — and record `|Δθ| / (lr·|θ|)` for
 # every tensor at every step (lr: that step's scheduled lr): 1 means the tensor moved by lr of its own size. Plain
 # AdamW ran at lr 1e-3, the lowest loss of a one-seed sweep of 3 rates (1e-3, 3e-3, 1e-2; 1e-3 and 3e-3 not separated) that lesson [05c](05c_optimizer_grid.ipynb) tries;
 # the runs were made, and saved, by a slow cell of 05c with its training loop. Here we read the saved numbers:
@@ -170,7 +170,8 @@ test_eq(late["adamw"].max() / late["adamw"].min() > 50, True)
 # 12.7–31.7 × lr, the norms by 1 × lr and the embedding by 0.3 × lr (only the rows of tokens in the batch get a
 # gradient). Training does not close the gap: over the last 50 steps the tensors span 0.175–16.9 × lr, a factor of
 # 96.3. One learning rate cannot suit both ends: whatever lr moves the norms by a useful fraction of themselves moves
-# `q` by about 90 times that fraction at step 1, and still tens of times late in the run (the table above).
+# `q` by about 90 times that fraction at step 1, and still tens of times late in the run (the plot above;
+# `results/relative_updates.json` holds every step).
 
 # %% [markdown]
 # ## The fix: scale each tensor's step by its RMS
@@ -317,7 +318,8 @@ test_eq(late["adamw"].max() / late["adamw"].min() > 10 * late["adamwscale"].max(
 # With AdamWScale no tensor moved by more than 0.965 × lr of its size in any step (a tensor's RMS change: a single
 # weight can still move by more than lr × RMS(θ), when its m̂/√v̂ exceeds 1), and over the last 50 steps the tensors
 # span 0.13–0.32 × lr: a factor of 2.5 instead of 96.3, and below lr (m̂/√v̂ falls below 1 when the gradients change
-# sign, as the first section says, though this run does not isolate that as the reason). Adafactor (no momentum in nanoT5's
+# sign, as the first section says, and AdamWScale adds eps to the uncorrected √v, which shrinks early steps more
+# than torch's AdamW does; this run isolates neither as the reason). Adafactor (no momentum in nanoT5's
 # setting, and update clipping to `RMS(update) ≤ 1`, which caps a step but cannot raise one; its fast-forgetting
 # second moment may matter more, not isolated here) stays closest to lr: 0.72–0.99 × lr, a factor of 1.4. One
 # learning rate now means about the same fractional step for every tensor.
@@ -573,9 +575,9 @@ test_fail(lambda: get_optimizer("adamwscale", m.parameters(), 0), contains="must
 # - Adam moves a weight by `lr · m̂/√v̂`: lr at the first step, usually less, sometimes more (≈3.16 × lr for one
 #   gradient after a long run of zeros), whatever the weight's size. So a tensor moves by `lr · RMS(m̂/√v̂) / RMS(θ)` of itself.
 # - T5's tensors differ in RMS by two orders of magnitude at init (`q` smallest); under plain AdamW their
-#   fractional steps still differed by a factor of 96.3 after 200 steps.
+#   fractional steps still differed by a factor of 96.3 over the last 50 of 200 steps.
 # - AdamWScale scales each tensor's step by `max(1e-3, RMS(θ))`, as Adafactor does: the fractions then agreed
-#   within a factor of 2.5, and no tensor moved by more than lr of itself in a step.
+#   within a factor of 2.5 over the last 50 steps, and no tensor moved by more than lr of itself in a step.
 # - Check an optimizer against a hand computation in plain floats, and against a library where the two must agree.
 # - A schedule's knee belongs at a *fraction* of the run: T5's legacy schedule is flat in a short run.
 # - `foreach` runs the same update as fused ops over all tensors, with no value read back to the CPU.

@@ -21,7 +21,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # fill blanks in State of the Union speeches, scored by that measurement.
 #
 # The engineering a long run needs (a data stream that resumes, one config tree, FLOPs and memory, checkpoints, several
-# processes) comes in lessons [06](06_streams.ipynb), [07](07_config.ipynb) and [08](08_real_runs.ipynb).
+# processes) comes in lessons [06](06_streams.ipynb), [07](07_config.ipynb), [07b](07b_checkpoints.ipynb) and [08](08_real_runs.ipynb).
 
 # %%
 #| default_exp pretrain
@@ -57,7 +57,7 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # %% [markdown]
 # ## The loop, bare
 #
-# Before any engineering, the loop itself. Five ingredients from the earlier notebooks: rows of raw tokens
+# Before any engineering, the loop itself. Four ingredients from the earlier notebooks: rows of raw tokens
 # from the speeches ([00](00_data.ipynb), [01](01_tokenizer.ipynb)), span corruption to turn a row into an
 # encoder input and a decoder target ([02](02_span_corruption.ipynb)), the T5 model
 # ([03](03_t5_layers.ipynb), [03b](03b_t5_model.ipynb)), and the optimizer with its learning-rate schedule ([04](04_optimizers.ipynb)). The
@@ -79,8 +79,8 @@ print(f"{len(rows):,} rows of {rows.shape[1]} raw tokens; {model.num_parameters(
 
 # %% [markdown]
 # One step: draw a batch of random rows and corrupt it, run the model to get the loss (the mean cross-entropy
-# of the target tokens), backpropagate, clip the gradient's global norm to 1 (a bad batch cannot throw the
-# weights far), update the weights, move the learning rate along its schedule. That is all of pre-training:
+# of the target tokens), backpropagate, clip the gradient's global norm to 1 (one bad batch cannot dominate the
+# optimizer's running averages of the gradient, which set the size of the next updates), update the weights, move the learning rate along its schedule. That is all of pre-training:
 
 # %%
 g = torch.Generator().manual_seed(0)
@@ -103,7 +103,8 @@ assert np.mean(losses[-10:]) < losses[0] - 2                        # it learns:
 
 # %% [markdown]
 # That loop is all of pre-training; lesson [08](08_real_runs.ipynb) grows it into `fit`, the loop a long run
-# needs. Two features make it cheaper without changing what it computes; each is checked here on the bare loop.
+# needs. Two features make it cheaper — in memory (gradient accumulation) or in time and memory (bf16) — without
+# changing what it computes; each is checked here on the bare loop.
 #
 # **Mixed precision.** Inside `torch.autocast(device, dtype=torch.bfloat16)` the matmuls run in bfloat16 (a 16-bit
 # float with fp32's exponent range and 8 significant bits, 7 of them stored): half the memory traffic, and on a GPU its tensor
@@ -166,8 +167,8 @@ for a, b in zip(whole, accumulated):
 #
 # - (a) the row's **own** input;
 # - (b) the input of **another passage of the same document** (the next packed row of that document, or the
-#   previous one for its last row): it says which document, and what the neighbouring text is about, but not what
-#   stood around these blanks (so `document_gain` below includes the local topic, and `span_gain` is a lower bound on
+#   previous one for its last row): it says which document, and what the neighbouring text is about, but not (except
+#   just across the row's edge) what stood around these blanks (so `document_gain` below includes the local topic, and `span_gain` is a lower bound on
 #   reading a blank's own context);
 # - (c) the input of a row of **another document**.
 #
@@ -176,6 +177,9 @@ for a, b in zip(whole, accumulated):
 # - **`span_gain` = (b) − (a)**: what the row's own context is worth beyond knowing its document;
 # - **`document_gain` = (c) − (b)**: what knowing the document is worth;
 # - **`encoder_gain` = (c) − (a) = `span_gain` + `document_gain`**: all that the encoder input is worth.
+#
+# Both of the last two are measured against another document's input, not against no input: they say what the right
+# document is worth next to a wrong one (a model that uses its input can also be misled by a wrong one).
 #
 # If the model only models targets, all three are ~0. Each packed row is tagged with the document most of its
 # tokens come from (`pack_dataset(..., documents=True)`, [02b](02b_span_batches.ipynb)), and the evaluation
@@ -187,8 +191,8 @@ for a, b in zip(whole, accumulated):
 # `eval_loss_same_document` and `eval_loss_other_document`; `eval_loss_shuffled_encoder` is (c) again, under the
 # name it had before the gain was split (older logs use it). A streamed corpus has no end to draw from: its evaluation rows are
 # its first `eval.batches × eval.batch_size` packed rows (settings of the config tree of lesson [07](07_config.ipynb)), and every evaluation reports how many documents they
-# cover (`eval_documents`) and how many rows have both partners (`eval_gain_rows`; expect few on C4, whose documents
-# are web pages, often shorter than a row: not measured in this course).
+# cover (`eval_documents`) and how many rows have both partners (`eval_gain_rows`; on C4 that depends on how its
+# tokens spread over document lengths, which this course does not measure).
 #
 # Rows of one speech are not independent samples, so the uncertainty is a bootstrap **over documents**:
 # resample the documents with replacement 1,000 times and recompute each gain; `span_gain_ci95` and its
@@ -197,8 +201,9 @@ for a, b in zip(whole, accumulated):
 # How to read the numbers: they average over every target token, sentinels and EOS included (27.6% of the targets in
 # the appendix's table). Those are not free of the input: a sentinel or EOS ends a span, and the model never sees the
 # mask, only its own input, which shows where the text resumes after each sentinel — so the input can help predict
-# where each span ends too. An untrained model shows what noise alone gives: about a hundredth of a nat on 128 rows
-# (the check below), less on more rows, and the intervals say how far a number is from zero. A gain of `g` nats per
+# where each span ends too. An untrained model shows what noise alone gives: about a hundredth of a nat for the small
+# untrained model of the check below on 128 rows; the demo model itself, untrained, gives −0.001 [−0.005, 0.003] on
+# its 512 evaluation rows (its step-0 evaluation, `results/demo_run.json`); the intervals say how far a number is from zero. A gain of `g` nats per
 # token means the input makes the target tokens `exp(g)` times likelier, in geometric mean. (To see the gains split
 # by kind of target token, sentinels and EOS apart from span tokens, use `gain_by_token_kind` in the appendix at the
 # end.)
@@ -479,10 +484,10 @@ test_fail(lambda: fill_in(stub, fill_tok, "word " * 200 + "<extra_id_0>", max_in
 # `tiny` model is cut to **1 encoder + 1 decoder layer** (`d_model=256`, 8 heads, gated-GELU `d_ff=1024`,
 # `vocab_size=8192`: 6.6M parameters). Each row is 141 raw tokens, corrupted into 128 encoder and 29 target tokens;
 # batch 16; 3,000 steps of AdamWScale at lr 4e-2 with nanoT5's cosine schedule (100 warmup steps); bf16 autocast; an
-# evaluation every `eval.every_steps=250` steps. On a CPU it takes minutes, not hours (the saved run's logged steps:
-# below). The bars to clear: the per-position unigram baseline for the loss (a model that knows only how often each
+# evaluation every `eval.every_steps=250` steps. On a CPU it takes minutes, not hours (timing: below). The bars to clear: the per-position unigram baseline for the loss (a model that knows only how often each
 # token appears at each target position; plain unigram entropy is easier still), and — for span filling — a `span_gain`
-# well above what an untrained model shows from noise alone (the check in the Evaluation section: 0.011 on 128 rows).
+# well above what an untrained model shows from noise alone (the demo model at step 0 of its run: −0.001
+# [−0.005, 0.003] on its 512 evaluation rows).
 # The goal we set for it: held-out loss ≤ 4.5 and `span_gain` ≥ 0.1 nats. Whether it gets there is the question of
 # this section.
 #
@@ -496,7 +501,7 @@ from nanot5_edu.train import train  # lesson 08 builds it
 
 # %%
 #| slow
-# trains for 3,000 steps (minutes on a CPU); if ../runs/cpu-demo-notebook already holds the finished run, it resumes it and only evaluates
+# trains for 3,000 steps (minutes on a CPU); if ../runs/cpu-demo-notebook already holds the finished run, it reads its logged evaluations back
 demo = train(make_config("cpu-demo", ["logging.run_dir=../runs/cpu-demo-notebook", "logging.progress_bar=false"]))
 r3 = lambda v: round(v, 3) if isinstance(v, float) else [r3(x) for x in v] if isinstance(v, list) else v
 print({k: r3(v) for k, v in demo.items() if k not in ("wall_s", "main_process")})
@@ -505,11 +510,13 @@ Image(filename=demo["loss_plot"])
 
 # %% [markdown]
 # The saved output: this cell found the finished run in `../runs/cpu-demo-notebook` (made by the same recipe with
-# `nanot5-edu pretrain`) and only evaluated it, which is why it printed "resumed … at step 3000"; run in a fresh
+# `nanot5-edu pretrain`) and read its logged evaluations back from its `metrics.jsonl` (nothing was trained or
+# evaluated again; the baselines, the export and the plot were recomputed), which is why it printed "resumed … at
+# step 3000"; run in a fresh
 # folder, the cell trains. Timing: no whole run of this recipe recorded its wall-clock time on an idle machine. The copy of
 # the run in `results/demo_run.json` (the same numbers) logged 142 ms to 5,436 ms a step while it shared the machine with other
 # jobs, so those are not a timing of the recipe; lesson 05b's recipe screen timed this recipe's training step alone
-# (evaluation left out) on 2 quiet cores at 186 ms (`results/span_sweep_calibration.json`). Held-out loss 9.441 at the first evaluation → **4.324** after 3,000 steps, far below the per-position
+# (evaluation left out) on 2 threads of a machine kept quiet for timing at 186 ms (`results/span_sweep_calibration.json`). Held-out loss 9.441 at the first evaluation → **4.324** after 3,000 steps, far below the per-position
 # unigram baseline (5.547) and unigram entropy (5.905); token accuracy 31.3%. On 512 held-out rows of 24 speeches:
 #
 # | | nats | 95% interval (bootstrap over speeches) |
@@ -519,20 +526,20 @@ Image(filename=demo["loss_plot"])
 # | `document_gain` = (c) − (b): which speech | **0.171** | [0.144, 0.210] |
 #
 # So most of what the encoder's input is worth to this model is knowing **which speech** it is reading, and what the
-# neighbouring passage is about; reading the words around each blank is worth at least 0.027 nats, small but clear of
-# zero (and above the demo's own untrained step-0 value on the same rows, −0.001 [−0.005, 0.003] in
+# neighbouring passage is about; reading the words around each blank is worth 0.027 nats [0.022, 0.032] (by
+# construction more likely an under- than an overestimate), small but clear of zero (and above the demo's own untrained step-0 value on the same rows, −0.001 [−0.005, 0.003] in
 # `results/demo_run.json`). During the run (`results/demo_run.json`) `document_gain` rose fast and early
 # (0.068 at step 750, 0.118 at 1,000) while `span_gain` crept (0.007 at 750, 0.012 at 1,000, 0.018 at 1,500, 0.027 at
 # 3,000). Of the goal we set, the held-out loss (≤ 4.5) is met; `span_gain` ≥ 0.1 is not.
 #
 # The other panels: held-out token accuracy (the target token is the model's most likely one) is 0.28 after 250
 # steps and creeps to 0.31 by the end, while the held-out loss keeps falling (5.048 at step 250): the probabilities the
-# model gives the right tokens keep rising, its top choices change much less. The logged gradient norm is above the clipping threshold of 1 only in the first ~150 steps (1.51 at
+# model gives the right tokens keep rising, while how often its top choice is right rises much less. The logged gradient norm is above the clipping threshold of 1 only in the first ~150 steps (1.51 at
 # step 50, 1.06 at 150), during and just after the 100 warmup steps; afterwards clipping no longer acts at the
 # logged steps: the norm falls to 0.45 by step 600 (0.85 at 200, 0.50 at 500) and then stays between 0.32 and
 # 0.45 while the cosine schedule takes the learning rate from 4e-2 down to its floor of 1e-5 (`optim.final_lr`).
 #
-# **MFU of the demo.** One step is 2.46·10¹⁰ FLOPs (`flops_per_step`: batch 16, 128 → 29 tokens). MFU divides the FLOP/s
+# **MFU of the demo.** One step is 2.46·10¹⁰ FLOPs (`flops_per_step` in `results/demo_run.json`: batch 16, 128 → 29 tokens). MFU divides the FLOP/s
 # a run achieves by the device's peak; on a CPU, lesson [07](07_config.ipynb) measures that peak with a large bf16
 # matmul, and `train.peak_tflops` then makes the loop log MFU. The saved demo run did not, and its logged step times
 # were taken on a shared machine (above), so this lesson states no MFU for it: run `nanot5-edu pretrain` on an idle
@@ -596,7 +603,7 @@ Image(filename=demo["loss_plot"])
 # `evaluate`'s three losses over the gain rows again, split by the kind of target token: sentinels and EOS (the
 # target's structure), span tokens that also stand somewhere in the row's own input, and the other span tokens;
 # `gain_table` prints the result. The split adds back up to the whole: the share-weighted gains of the three kinds
-# equal `evaluate`'s, on the check model above (untrained, two batches: its gains, none larger than 0.02 in size, are noise; 05b reads
+# equal `evaluate`'s, on the check model above (untrained, two batches: whatever its gains are, none larger than 0.02 in size, they are not learned; 05b reads
 # the table on the demo model).
 
 # %%

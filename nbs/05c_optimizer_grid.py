@@ -69,7 +69,8 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # **a schedule that decays** within 300 steps (`inverse_sqrt` with its knee at 15% of the run, like nanoT5's 10⁴
 # of 65,536; nanoT5's inverse-sqrt runs used T5's legacy schedule, whose peak, 1e-2, ignores the base lr); **one peak
 # lr** (4e-2) for Adafactor and AdamWScale under both schedules, as nanoT5 gives both one rate (a protocol, not a
-# guarantee of fairness: the rate was tuned for AdamWScale, see below); and **plain AdamW at its own
+# guarantee of fairness: the rate was tuned for AdamWScale, see below; and since nanoT5's schedule columns also differ
+# in peak lr, 1e-2 against 2e-2, this grid's schedule comparison is not nanoT5's experiment); and **plain AdamW at its own
 # best lr** (a 3-point sweep, then 3 seeds), or "AdamW is worse" only says "4e-2 is too large for AdamW". The
 # training loop, `run`, is a hidden cell (open it in the notebook): a minimal loop for this comparison only.
 
@@ -164,7 +165,7 @@ UPDATES.write_text(json.dumps({"steps": UPDATE_STEPS, "schedule": "cosine", "see
 
 # %% [markdown]
 # Then the grid: nanoT5's 2 × 2, plain AdamW at 4e-2 and its own learning-rate sweep, and two attempts to reproduce
-# AdamW's divergence at nanoT5's 2e-2 — without gradient clipping, and also with HF's std-1 LM head
+# AdamW's divergence at nanoT5's default lr, 2e-2 (its README does not say at which lr plain AdamW diverged) — without gradient clipping, and also with HF's std-1 LM head
 # (`lm_head_init_fix=False`, the init nanoT5 trained with).
 
 # %%
@@ -251,7 +252,7 @@ axs[1].legend(fontsize=8); axs[0].set_title("mean of 3 seeds, band: min-max"); p
 # How far is this from nanoT5's runs? Training costs ≈ 6 FLOPs per parameter per token; in T5 the encoder's
 # parameters see the input tokens, and so do the keys and values of the decoder's cross-attention (they project the
 # encoder's output); the rest of the decoder and the LM head see the target tokens (attention scores, not counted,
-# add a little; lesson 07's `flops_per_step` counts them too). An estimate for one run here and one of nanoT5's T5-Base runs (512 → 114 tokens, 65,536
+# add a little here and more at nanoT5's 512-token rows; lesson 07's `flops_per_step` counts them too). An estimate for one run here and one of nanoT5's T5-Base runs (512 → 114 tokens, 65,536
 # steps, at the batch of 128 rows its README reports):
 
 # %%
@@ -297,7 +298,7 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 # - **Plain AdamW** at 4e-2 is far behind (5.738 ± 0.047); at the lowest of its three rates (1e-3, the edge of the
 #   sweep: 5.158 ± 0.006; one seed of 3e-3, 5.165, ended about one seed sd above the same seed at 1e-3: not separated) it is still 0.137 nats or more behind all
 #   four.
-# - **No divergence**: plain AdamW at nanoT5's 2e-2 stayed finite without gradient clipping (5.479), and with HF's
+# - **No divergence**: plain AdamW at nanoT5's default 2e-2 stayed finite without gradient clipping (5.479), and with HF's
 #   std-1 LM head too (5.804). At 6.6M parameters and 300 steps we could not reproduce nanoT5's divergence.
 
 # %% [markdown]
@@ -332,7 +333,7 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 # 7. **Predict, then run:** `held_out(T5(RECIPE["model"]))`, an untrained model: its held-out loss against
 #    `ln V` = 9.01 (lesson 03b's output: the loss of a uniform guess over the model's vocabulary), and its two gains. Then with `lm_head_init_fix=False` in
 #    `replace(RECIPE["model"], ...)`: much higher or about the same?
-# 8. Plain AdamW at nanoT5's 2e-2 stayed finite here. Name two differences between this setting and nanoT5's that
+# 8. Plain AdamW at nanoT5's default 2e-2 stayed finite here. Name two differences between this setting and nanoT5's that
 #    could explain why it did not diverge.
 # 9. nanoT5's table has one number per cell. What would you need to know to trust 1.953 against 1.993?
 # 10. **Predict, then run:** before running the `train_flops` cell, guess the ratio of one nanoT5 run's compute to one
@@ -352,8 +353,8 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 #    `4e-2`, `8e-2` and `1.6e-1` (the grid's runs took 77–364 s each). Look at the last held-out loss: does a larger lr reach
 #    Adafactor's 4.96 (inverse-sqrt, seed 0), and where does it get worse?
 # 2. **The problem, live**: `run("adamw", "cosine", 4e-2, 100, eval_every=20, updates=(u := []))`, then plot
-#    `np.array(u)` per tensor (in units of each step's lr). Which tensors move by more than their own size in a
-#    step, and does the held-out loss recover?
+#    `np.array(u)` per tensor (in units of each step's lr, so a tensor moves by more than its own size when the value
+#    exceeds 1/lr). Which tensors move by more than their own size in a step, and does the held-out loss recover?
 # 3. **Ablate the scaling**: subclass `AdamWScale` (`from nanot5_edu.optim import AdamWScale`) with
 #    `rms = staticmethod(lambda p: torch.ones(()))`, build it with `foreach=False` inside a copy of `run`, and train
 #    300 steps at 4e-2 and at 1e-3. Look for held-out losses near plain AdamW's rows at the same lr.

@@ -152,7 +152,7 @@ print(f"state after 5 batches: epoch {state['epoch']}, position {state['position
 # is 54.5 TFLOP (`flops_per_step`, counted in
 # [07](07_config.ipynb)); an H200 (989
 # TFLOP/s dense bf16) at 50% MFU, an optimistic target (nanoT5's A100 step is about 31% by lesson 07's count, and
-# the course's one uncompiled H200 run measured less), does one in about a tenth of a second, so it consumes about **660k raw tokens per
+# the course's uncompiled bf16 H200 runs measured 13.6–16.2%: `benchmarks/results/h200_2026-12-04/gpu_check.log`), does one in about a tenth of a second, so it consumes about **660k raw tokens per
 # second** (the cell below prints it). Here is what one process does, on a few speeches of the embedded corpus, with
 # the demo's vocabulary:
 
@@ -194,8 +194,9 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # lets only one thread run Python code at a time), one core each, a few batches ahead; the training process
 # only receives finished batches. `data.num_workers` sets how many: by default the cores left per process, at
 # most 8, nanoT5's number (`data.num_workers` in nanoT5's `configs/default.yaml`). If each worker has a core of its
-# own, their speeds should add up (not measured here: Try it 3): a few at the printed pipeline speed would cover the
-# 660k, and more leave headroom for a faster GPU and for bursts.
+# own, their speeds should add up (on this machine's 2 cores, 2 workers streamed 1.96× the tokens per second of the
+# training process alone: `benchmarks/results/cpu_2026-12-05/stream.log`; Try it 3 measures yours): a few at the
+# printed pipeline speed would cover the 660k, and more leave headroom for a faster GPU and for bursts.
 #
 # ## How a stream resumes
 #
@@ -389,7 +390,8 @@ class StreamingBatches:
 # %% [markdown]
 # A C4 stand-in written from the embedded corpus (`write_c4_shards`, [00](00_data.ipynb)) and read by two
 # workers. Three batches, a checkpoint, three more; then a fresh stream loaded from the checkpoint gives the
-# same three batches. The state is a position, not a count of rows to skip (the appendix prints it):
+# same three batches. The state is a position — which shard, how far into it, and how many rows of the current block
+# are already used — not a count of rows to skip from the start (the appendix prints it):
 
 # %%
 c4_dir = Path(tempfile.mkdtemp()) / "c4"
@@ -505,7 +507,8 @@ def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, mi
 # 10. What does `prefetch` = a block's batches cost, and what does it buy?
 # 11. Why must a run resume with the same `data.num_workers`?
 # 12. **Predict, then run:** in the C4 stand-in cell, the stream is saved after 3 batches of 8 rows with
-#     `shuffle_buffer=100`. How many rows of the current block has it handed out (the appendix prints it)?
+#     `shuffle_buffer=100`, by two workers taking turns. How many rows of its current block has worker 0 handed out
+#     (the appendix prints it)?
 #
 # ## Try it
 #
@@ -520,8 +523,10 @@ def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, mi
 # %% [markdown]
 # ## Appendix: what a stream's state holds
 #
-# The saved state of the C4 stand-in above, one line per stage of the pipeline: the block map (rows of the current
-# block already handed out), the packing map, and the reader of the shards (which shard, how many examples into it).
+# The saved state of the C4 stand-in above, worker 0's part (each worker reads its own blocks and keeps its own
+# state), one line per stage of the pipeline: the block map (rows of the current block already handed out), the
+# packing map, a rebatching stage that `datasets` adds, and the reader of the shards (which shard, how many examples
+# into it).
 # A resume re-reads the current block from its start and skips the rows already used: bounded work, whatever the step.
 
 # %%

@@ -600,7 +600,8 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 #   through OmegaConf, so an unknown key or a bad value fails at once, with the closest valid names.
 # - Whatever can be checked without compute is checked before any data or model is built (`validate_config`).
 # - One training step costs 3 × the forward FLOPs; for a T5-Base step of 128 rows that is 54.5 TFLOP, and the hand count
-#   agrees with `FlopCounterMode` within 1%.
+#   agrees with `FlopCounterMode` within 1% (checked on `tiny` and `t5-v1_1-small` at 128 → 29 tokens, not at T5-Base's
+#   512 → 114, where attention weighs more).
 # - MFU = achieved FLOP/s ÷ the device's peak: nanoT5's 0.56 s/step on an A100 comes to 31% MFU by our count of a
 #   128-row step (nanoT5 reports the step time, not an MFU); on a
 #   CPU the peak is measured with a large matmul.
@@ -609,7 +610,7 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 # - The `t5-base` micro-batch of 128 needs about 57 GiB by the estimate; `optim.grad_acc=4` gives the same optimizer step
 #   in about 17 GiB.
 # - (Appendix) fp16 needs loss scaling; the demo model, with fp32 master weights and residual stream, stays far below
-#   fp16's largest number.
+#   fp16's largest number in its `Linear` layers (attention's products not measured).
 #
 # ## Questions
 #
@@ -657,11 +658,13 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 # overflowed — so the NaN guard of `fit` ([08](08_real_runs.ipynb)), which reads losses, does not stop the run; the logged gradient norm of a
 # skipped step is inf or NaN (`tests/test_precision_memory.py` forces skipped steps and checks both). **fp32 where it matters**: master weights, the residual stream and the loss stay fp32, as in
 # bf16. Loss scaling cannot fix an *activation* above 65,504. T5's largest are the feed-forward's `wo` outputs, so
-# under fp16 our `wo` runs in fp32 ([03](03_t5_layers.ipynb); HF's T5 keeps `wo` in fp32 when loaded in fp16 and clamps fp16 hidden states; under autocast only the clamp acts). nanoT5
+# under fp16 our `wo` runs in fp32 ([03](03_t5_layers.ipynb); HF's T5 keeps `wo` in fp32 and clamps hidden states
+# only when the weights themselves are fp16: under autocast with fp32 weights, as here and in nanoT5, neither acts). nanoT5
 # reports that all its fp16 runs of T5-Base diverged, across seeds (its README, "Things we tried and didn't work
 # out"), without saying where. Whether the small models here stay in range elsewhere is a question to measure. (The
-# simulation below rounds every `Linear`, `wo` included, so it is stricter than `train.precision=fp16`,
-# whose `wo` runs in fp32; the real fp16 autocast it is compared with runs that guarded path.)
+# simulation below rounds every `Linear`, `wo` included, so on `wo` it is stricter than `train.precision=fp16`,
+# whose `wo` runs in fp32; it does not round attention's products, which real fp16 autocast computes in fp16, so there it
+# is more lenient. The real fp16 autocast it is compared with runs the guarded path.)
 #
 # Most CPUs have no fp16 matmul units (fp16 matmuls run far slower than bf16 there), so we *simulate* fp16 autocast
 # in fp32 arithmetic: every `Linear` rounds its input, its weight and its output to fp16 and back, in the forward
@@ -716,7 +719,7 @@ test_eq(RoundToFP16.apply(edge), edge.half().float())             # inf above 65
 # %% [markdown]
 # Then training: the demo model (1 + 1 layers) for 200 steps from the same initial weights on the same batches, in
 # fp32, in bf16 autocast and in simulated fp16 with a loss scaler, recording the largest |input| or |output| of every
-# matmul over the whole run. `results/fp16_cpu.json` keeps the result; where it is missing (a fresh Colab runtime),
+# `Linear` layer over the whole run (attention's products, inside SDPA, are not recorded). `results/fp16_cpu.json` keeps the result; where it is missing (a fresh Colab runtime),
 # the fast path below re-runs a 30-step version.
 
 # %%
@@ -783,8 +786,9 @@ assert all(math.isfinite(l) for r in fp16_runs.values() for l in r["losses"])
 # last 33 steps the losses differ by +0.0009 on average (mean |difference| 0.0078; bf16: +0.0004 and 0.0095), and
 # by at most 0.03 anywhere in the run (bf16: 0.04), which is the size of the rounding noise of a loss that is itself noisy from
 # batch to batch. The loss scaler never skipped a step (its scale stayed at the initial 65,536), and the largest
-# value any matmul saw as input or output, 114 (at the encoder's feed-forward `wo`), is 0.17% of fp16's range: this model, with fp32
-# master weights, loss scaling and an fp32 residual stream, is far from overflowing. That is a small model for
+# value any `Linear` layer saw as input or output, 114 (at the encoder's feed-forward `wo`), is 0.17% of fp16's range: in
+# its `Linear` layers this model, with fp32 master weights, loss scaling and an fp32 residual stream, is far from
+# overflowing (attention's products were not measured). That is a small model for
 # 200 steps; T5-Base is 12 + 12 layers trained for 65,536 steps, and nanoT5's fp16 runs of it diverged (where in the
 # model, it does not say). So fp16 is offered for GPUs without bf16 (the `colab-t4` preset, a T5-Small-sized model),
 # with the NaN guard behind it, and bf16 stays the default wherever the GPU has it.
@@ -850,13 +854,14 @@ axs[0].set_title(f"every recipe after {budgets[0]:.0f} s of training on 2 CPU co
 axs[1].set_xlabel("minutes of training (step x measured ms/step)"); axs[1].set_ylabel("encoder gain (nats)")
 axs[1].legend(fontsize=7, ncol=2); axs[1].set_title("encoder gain during each run")
 plt.tight_layout(); plt.show()
-print(f"{'recipe':16} {'overrides':75} {'ms/step':>7} {'steps':>6} {'loss':>6} {'gain':>6}")
+print(f"{'recipe':16} {'overrides':75} {'calibrated ms/step':>18} {'steps':>6} {'loss':>6} {'gain':>6}")
 for r in sorted(sweep, key=lambda r: (r["budget_s"], -r["encoder_gain"])):
-    print(f"{r['name']:16} {' '.join(r['overrides']) or '(the old default)':75} {r['calib_ms_per_step']:7.0f} {r['steps']:6d} "
+    print(f"{r['name']:16} {' '.join(r['overrides']) or '(the old default)':75} {r['calib_ms_per_step']:18.0f} {r['steps']:6d} "
           f"{r['eval_loss']:6.3f} {r['encoder_gain']:6.3f}")
 
 # %% [markdown]
-# What the sweep says, at 150 s of training each. One seed per recipe, and the calibration of recipes with the
+# What the sweep says, at 150 s of training each by calibration (`steps` = 150 s ÷ the calibrated ms/step printed;
+# the runs' own wall times, on a shared machine, differed). One seed per recipe, and the calibration of recipes with the
 # same shape differs (162–191 ms a step for the four 1 + 1 runs of 128-token inputs), so gaps of a hundredth of a nat
 # are not rankings:
 #
@@ -879,7 +884,7 @@ for r in sorted(sweep, key=lambda r: (r["budget_s"], -r["encoder_gain"])):
 #   run takes 124 s instead of 98 s, compilation included.
 #
 # No recipe comes near the goal this earlier sweep had set, an encoder gain of 0.5 nats (before the split into
-# span and document gain, and the `span_gain` ≥ 0.1 goal of lessons 05 and 05b); the demo uses `L1-lr4e-2`, the highest encoder gain (not separated from `L1-lr2e-2` by one seed; it also ran more steps).
+# span and document gain, and the `span_gain` ≥ 0.1 goal of lessons 05 and 05b); the demo uses `L1-lr4e-2`, the highest encoder gain (not separated from `L1`, the same recipe at lr 2e-2, by one seed; it also ran more steps).
 
 # %%
 #| hide

@@ -17,7 +17,8 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # every random generator, and the data stream's position of [06](06_streams.ipynb)), so that a resumed run draws exactly
 # what the run that never stopped would have drawn; it is written so that a crash in the middle never leaves half a
 # checkpoint; and it is checked when it is read back, so that a damaged one is named and the one before it is used.
-# [08](08_real_runs.ipynb)'s `fit` calls these functions, once before its first step and every few steps after; here
+# [08](08_real_runs.ipynb)'s `fit` calls these functions: it resumes once before its first step and writes a checkpoint
+# every `checkpoint.every_steps`; here
 # they are on their own: the idea, the code, a restore checked draw for draw, a damaged checkpoint skipped, and a
 # SIGTERM turned into a clean stop.
 
@@ -75,8 +76,8 @@ tokenizer = train_tokenizer(load_corpus("sotu", "validation")["text"][:40], 2000
 # and optimizer files as they are written, each process's small state file by process 0 reading it back; and the hashes go into `trainer_state.json`, written last; every file, and the directory, is flushed to
 # disk (`fsync`) before the rename, and the parent after it (a rename is a change to the parent directory, and
 # until the parent is flushed a power loss can undo it). On resume the newest checkpoint is checked against its
-# hashes; if a file is missing, short or changed, or fails to load, the run says which file and what is wrong and
-# falls back to the checkpoint before it (that is what `keep_last=2` is for), moving the damaged one aside as
+# hashes; if a file is missing (`trainer_state.json` included), short or changed, or fails to load, the run names the
+# checkpoint and the problem (the file, or the loading error) and falls back to the checkpoint before it (that is what `keep_last=2` is for), moving the damaged one aside as
 # `damaged_step_N_<date-time>`. What a run survives, and what it does not:
 #
 # - **survives**: `kill -9`, a crash or a power loss at any moment (it resumes from the last checkpoint and loses
@@ -348,8 +349,8 @@ def resume_checkpoint(run_dir: Path, cfg: Config, model: T5, optimizer, schedule
     tried (the damaged one is moved aside). Returns (checkpoint, step), or (None, 0) when the run dir has none."""
     rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
     say = accelerator.print if accelerator else print
-    candidates = sorted((p for p in (Path(run_dir) / "checkpoints").glob("step_*")
-                         if (p / "trainer_state.json").exists()), reverse=True)
+    # every step_* dir: one without trainer_state.json (a copy cut off before its last file) is damaged, not skipped
+    candidates = sorted((p for p in (Path(run_dir) / "checkpoints").glob("step_*") if p.is_dir()), reverse=True)
     damaged = []
     for path in candidates:
         _check_same_setup(path, cfg, world, getattr(stream, "num_workers", None))  # a changed setup: no fallback

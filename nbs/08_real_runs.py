@@ -17,7 +17,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # [05](05_pretraining.ipynb), the streams of [06](06_streams.ipynb), the config tree of [07](07_config.ipynb), the
 # checkpoints of [07b](07b_checkpoints.ipynb). Then
 # `train` puts the data around `fit`, and the payoff is a run you can kill and resume with the same losses and the same
-# weights, bit for bit.
+# weights, bit for bit (on CPU; a GPU resume is not tested).
 
 # %%
 #| default_exp train
@@ -83,7 +83,7 @@ cpu_peak = {torch.bfloat16: matmul_peak_flops(torch.bfloat16)}  # 07: the CPU's 
 # is PyTorch's communication backend for CPUs, which is how the tests run two DDP processes on a laptop (GPUs use
 # NCCL); **TF32** is an NVIDIA matmul mode for fp32 inputs with a 10-bit mantissa, several times faster than
 # full fp32, which `make_accelerator` (below) turns on on a GPU for every matmul that runs in fp32 (all of them in an
-# fp32 run, the few that autocast leaves in fp32 in a bf16 run).
+# fp32 run; in a bf16 run only those outside autocast, such as the greedy samples of an evaluation).
 
 # %% [markdown]
 # ### Step 1: a logging window and evaluation
@@ -736,10 +736,12 @@ test_eq(sorted(mfu), [3, 6, 9, 12])
 # A run that dies loses only the steps since its last checkpoint, and the resumed run *is* the run that never
 # stopped: the same losses and the same weights, bit for bit (on CPU, as here and in the tests; on a GPU some kernels
 # are not deterministic, and that is not tested), because the checkpoint holds the data stream's
-# position and every random generator's state next to the weights and the optimizer. To see it, take a copy of
-# the 12-step run above and delete what came after its step-6 checkpoint — a machine that died right after
-# step 6 — then call `train` with the same config on that directory (its kept `metrics.jsonl` lines cover steps up to
-# 6, so the comparison that tests the resume is at steps 9 and 12):
+# position and every random generator's state next to the weights and the optimizer. (This demo has no dropout, so
+# nothing after the resume draws from the global generators and the check below exercises the stream's state; the
+# generators' restore is checked draw for draw in [07b](07b_checkpoints.ipynb), and by a test run with dropout 0.1.)
+# To see it, take a copy of the 12-step run above and delete its step-12 checkpoint — a machine that died right after
+# step 6 — then call `train` with the same config on that directory (on resume `train` cuts `metrics.jsonl` back to
+# step 6, so the comparison that tests the resume is at steps 9 and 12):
 
 # %%
 crashed = tmp / "crashed"
@@ -761,7 +763,8 @@ test_eq(all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0]), True
 # first step moves every weight with a nonzero gradient by about the learning rate, 1e30: still finite in fp32), and the loss of step 2 overflows. Note what the guard can and cannot promise: it
 # sees a loss, so the checkpoint of step 1, written before that loss existed, already holds the blown-up
 # weights. That is why the message points one checkpoint further back when needed (`checkpoint.keep_last`
-# keeps two):
+# keeps two) — here there is none before step 1, so the only way on is to start again (`checkpoint.resume=never`)
+# with a sane learning rate:
 
 # %%
 bad = make_config("cpu-demo", ["model.num_layers=1", "optim.name=adamw", "optim.lr=1e30", "optim.grad_clip=0",
@@ -786,7 +789,8 @@ test_eq(json.loads((good / "trainer_state.json").read_text())["step"] + 1, int(m
 #   the GPU at every step.
 # - `fit` resumes from the newest intact checkpoint before its first step and writes one every
 #   `checkpoint.every_steps` (the functions of [07b](07b_checkpoints.ipynb)), with the logging window so far inside.
-# - A resumed run is the same run: the same losses and the same weights, bit for bit.
+# - A resumed run is the same run: the same losses and the same weights, bit for bit (on CPU; a GPU resume is not
+#   tested).
 # - SIGTERM or a first Ctrl-C finishes the step, writes a checkpoint and stops; the NaN guard stops before any
 #   evaluation or checkpoint of a step with a non-finite loss.
 # - Under DDP each process trains on its own share of every batch and the gradients are averaged, on the last
@@ -814,8 +818,8 @@ test_eq(json.loads((good / "trainer_state.json").read_text())["step"] + 1, int(m
 #    [10](10_cli.ipynb) builds it)
 #    `nanot5-edu pretrain cpu-demo train.total_steps=300 checkpoint.every_steps=100 logging.run_dir=runs/try08`, press
 #    Ctrl-C once after the first checkpoint is written and before the run ends, then run the same command again.
-#    Look for: a checkpoint at the step where it stopped, a resume from it, and no step twice in
-#    `runs/try08/metrics.jsonl`.
+#    Look for: a checkpoint at the step where it stopped, a resume from it, and no training-loss line for any step
+#    twice in `runs/try08/metrics.jsonl`.
 # 2. **`kill -9` between checkpoints.** Start the same command with a new run dir and kill the process with `kill -9`
 #    between two checkpoints; resume. How many steps were lost, and do the logged losses after the resume match an
 #    uninterrupted run's?

@@ -350,7 +350,8 @@ tok = train_tokenizer(load_corpus("sotu")["text"], DEMO_VOCAB_SIZE, Path(tempfil
 # (multistep arithmetic's answers are numbers) — even when it has learned that "no" is likelier than "yes". Rank
 # classification asks the model only to compare: for each option $o$ of the task, the log-likelihood of its tokens
 # (EOS included) given the prompt, $\log p(o \mid x) = \sum_t \log p(o_t \mid o_{<t}, x)$, and the answer is the option with the highest one
-# (T0 and GPT-3 score their classification tasks this way). A padding collator (appendix) batches the prompts.
+# (T0 scores its options this way; GPT-3 mostly divides by the option's length in tokens first, which ranks
+# same-length options such as A/B or yes/no the same). A padding collator (appendix) batches the prompts.
 
 # %%
 #| export
@@ -508,7 +509,7 @@ test_eq(all(p["ranked"] in ("No", "Yes", "no", "yes") for p in scores["predictio
 #
 # `fit` of [08](08_real_runs.ipynb) trains on a stream of (prompt, reference) pairs instead of corrupted spans. The
 # `sni` preset is nanoT5's: AdamW at 5e-5, constant schedule, batch 8, fp32, **dropout 0**.
-# `make_finetune_config(checkpoint, overrides)` layers the preset, the checkpoint's architecture and your overrides;
+# `make_finetune_config(checkpoint, overrides=[...])` layers the preset, the checkpoint's architecture and your overrides;
 # `finetune(cfg)` loads every weight of the checkpoint, trains, and scores the `seen` and/or `unseen` sets
 # (`sni.eval_on`). `sni.random_init=true` keeps the architecture and tokenizer with random weights: the start that 09b's
 # experiment compares the pre-trained one against.
@@ -580,7 +581,7 @@ class SNIConfig:
     max_target_length: int = 128  # also the generation length at evaluation
     instances_per_task: int = 100  # training instances per training task
     eval_on: str = "both"  # seen | unseen | both
-    seen_instances_per_task: int = 10  # held-out instances per training task (756 tasks in the full SNI)
+    seen_instances_per_task: int = 10  # held-out instances per training task
     unseen_instances_per_task: int = 100  # first instances of each test task (SNI's official setting: 100)
     num_pos_examples: int = 2
     eval_batch_size: int = 16
@@ -676,7 +677,7 @@ def make_finetune_config(checkpoint: str | None = None, data_dir: str | None = N
 # [05](05_pretraining.ipynb) (6.6M parameters) fine-tuned for 200 steps of batch 8 on 100 instances of each training task
 # (seed 0), scored on 25 new instances of each:
 # `finetune(make_finetune_config("../runs/cpu-demo-notebook", overrides=[*SETTINGS, "sni.instances_per_task=100", "train.seed=0"]))`
-# (the config's default seed is not 0) with `SETTINGS`, the experiment's settings (200 steps, AdamW 1e-3, bf16, prompts cut to 256 tokens; 09b explains the
+# (the config's default seed is not 0) with `SETTINGS`, the experiment's settings (200 steps, AdamW 1e-3, bf16, prompts of at most 256 tokens — positive examples are dropped to fit; 09b explains the
 # choices):
 #
 # ```python
@@ -701,7 +702,8 @@ else:
 
 # %% [markdown]
 # The loss falls from 8.165 to 3.844, yet the overall Rouge-L and exact match sit on the majority baseline (17.8 against
-# 17.7, 15.3 against 14.7), and rank accuracy (46.0) is near the 50 of a coin on two options. The overall tie averages
+# 17.7, 15.3 against 14.7), and rank accuracy (46.0, on 50 instances) is within noise of the 50 of a coin on two
+# options, above the majority baseline (36.0). The overall tie averages
 # per-task gaps of both signs (the per-task rows); on E2E NLG, what the model writes shows the mechanism:
 
 # %%
@@ -836,7 +838,9 @@ test_eq((len(ds), report["skipped_empty_output"], ds[0]["majority"]), (1, {"task
 # its longest target (label padding = -100, ignored by the loss), and the decoder gets a padding mask of its own
 # (`decoder_attention_mask`). Training targets are one reference drawn with a fixed seed (all instances of sni-mini
 # have one). With `train.compile=true` every training batch's lengths are padded up to powers of two: at most 8
-# source lengths up to 1,024 and 5 target lengths up to 128. `torch.compile` specialises on shapes: on an H200 (torch
+# source lengths up to 1,024 and 5 target lengths up to 128. `torch.compile` compiles for the shapes it sees and
+# compiles again when they change (after the first change, for dynamic lengths; bucketing keeps a few static shapes
+# instead): on an H200 (torch
 # 2.11), in one run, 12 batches of 12 different lengths took 75 s to compile and run, against 21 s with the lengths
 # bucketed (the unbucketed phase ran first, paying the compiler's first-use costs, and that run had a graph break
 # fixed since: a direction, not a measured factor) (`benchmarks/results/h200_2026-12-04/fp16_path.json`; batches of random token ids at fine-tuning lengths, on

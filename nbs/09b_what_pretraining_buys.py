@@ -193,7 +193,8 @@ else:
 # mean ± sd. Its step 3,000 has the same pre-training measurements as the experiment's pre-trained start below (another
 # run of the same preset), yet before any fine-tuning its held-out loss on the same batch is 8.257 (every seed) where
 # the experiment's start has 8.165 (as at step 0 of [09](09_finetuning.ipynb)'s annotated run): the difference is in the starting weights or in how they are loaded (a checkpoint
-# here, the run's HF export below), not in fine-tuning noise, and we have not isolated it. Compare rows within one
+# here, the run's HF export below), not in fine-tuning noise, and we have not isolated it (the two loading paths give
+# identical weights and losses in a test, `tests/test_finetune.py`, which points at the weights themselves). Compare rows within one
 # table, not across. Its step 0 is the random init `train` would start from
 # (`random_init_start`), not the experiment's `sni.random_init`.
 
@@ -386,7 +387,7 @@ def plot_experiment(results: dict):
 # The experiment itself (`#| slow`; it needs the checkpoint that the slow cell of [05](05_pretraining.ipynb) writes to
 # `../runs/cpu-demo-notebook`). Every run: 200 steps of batch 8 whatever the training size (the same compute for all),
 # AdamW at a constant 1e-3 (the `sni` preset's 5e-5 is nanoT5's rate for fine-tuning T5-Base, a 248M-parameter model,
-# on the full SNI; this 6.6M-parameter model gets only 200 steps), dropout 0, bf16 autocast, prompts cut to 256 tokens
+# on all of SNI's training tasks, 100 instances each; this 6.6M-parameter model gets only 200 steps), dropout 0, bf16 autocast, prompts cut to 256 tokens
 # and answers to 48; scored on 25 held-out instances of each training task and the first 50 of each test task. 13.1
 # minutes for the 18 runs (the results file's `wall_s`; it records no machine); one cell per training size keeps each under the cell timeout this project
 # gives nbdev (`cell_timeout = 600`, in seconds, in `pyproject.toml`).
@@ -445,8 +446,8 @@ if RESULTS.exists():
 # **What the saved runs show** (3 seeds each; "beyond seed spread": the seeds' ranges do not overlap):
 #
 # - **A lower lowest held-out loss, less of it the more fine-tuning data** (on that measure only; at 100 per task the
-#   curves cross: the random start is lower early, the pre-trained one only at the last evaluation, by a hair, in the
-#   figure's right panel). The pre-trained start's lowest held-out loss is
+#   curves cross between steps 100 and 150: the random start is lower early, the pre-trained one from step 150 on, in
+#   the figure's right panel). The pre-trained start's lowest held-out loss is
 #   lower than the random start's by 0.771 nats at 10 instances per task (5.413 ± 0.075 vs 6.184 ± 0.109) and 0.435
 #   at 30 (4.603 ± 0.040 vs 5.038 ± 0.047), both beyond the seed spread, and by 0.124 at 100 (3.887 ± 0.074 vs
 #   4.011 ± 0.071), within it. Read the "lowest" row with care: it is the minimum over each run's evaluations, chosen
@@ -502,7 +503,8 @@ assert 1e4 < ratio < 1e5
 # - Positive controls tell "too small" from "broken": the pipeline memorises most of 30 training instances (a setting where it
 #   must succeed), and the name-copy share, on which no single-name constant beats the most frequent restaurant's share,
 #   shows that the small models do not read their input reliably (a few of their rare varying answers do, and one
-#   run of part (c) names the restaurant twice as often as the best constant: `results/finetune_controls.json`).
+#   run of part (c), the step-0 random-init start, names the restaurant twice as often as the best constant:
+#   `results/finetune_controls.json`).
 # - What pre-training buys is measured against the same architecture and tokenizer from a random init, at several
 #   fine-tuning sizes, over seeds; a difference counts only beyond the seed spread.
 # - At CPU scale it buys a lower held-out loss on new instances of the seen tasks, in a pattern that changes with the

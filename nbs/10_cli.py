@@ -18,7 +18,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 #
 # **What you will build**: `main`, the `nanot5-edu` command with four subcommands (`corpus-stats`, `pretrain`,
 # `finetune`, `evaluate`); one argument style for all of them (flags for paths, `key=value` overrides,
-# `--print-config` with memory and time estimates); exit statuses a scheduler can act on; and
+# `--print-config` — for `pretrain`, validated and with memory and time estimates); exit statuses a scheduler can act on; and
 # `saved_overrides`, which relaunches or resumes a run from its saved `config.yaml`. The lesson ends with a
 # 20-step pre-training run from the command line, repeated exactly from its saved config.
 
@@ -152,7 +152,7 @@ def resource_estimates(cfg, world_size: int = 1, mfu: float = 0.3) -> str:
 # |---|---|---|
 # | 0 | the run finished | — |
 # | 2 | bad input, or a run that cannot go on (config or data error, NaN loss, a checkpoint that cannot be written, no intact checkpoint to resume): one line on stderr | what the line says |
-# | 3 | stopped early on request — SIGTERM (a scheduler, `timeout`, a spot instance), a first Ctrl-C, or `train.max_minutes` — after finishing the step and writing a checkpoint | run the printed `resume:` command (or the same command again) |
+# | 3 | stopped early on request while the training loop runs — SIGTERM (a scheduler, `timeout`, a spot instance), a first Ctrl-C, or `train.max_minutes` — after finishing the step and writing a checkpoint (outside the loop, e.g. during the final evaluation, a signal ends the process at once: 143 or 130) | run the printed `resume:` command (or the same command again) |
 # | 130 / 143 (killed by SIGINT / SIGTERM) | a second Ctrl-C or SIGTERM: the process ends at once | the same command resumes from the last checkpoint |
 #
 # (Under `accelerate launch` the launcher's own status differs: see the appendix.)
@@ -482,8 +482,8 @@ losses(again)
 # - The course's four jobs are each one shell command, `nanot5-edu SUBCOMMAND`, and `main([...])` is the same
 #   command in a notebook; modules are imported only by the subcommand that needs them.
 # - One argument style: flags for paths, `key=value` overrides for every key of the config tree (typos get the
-#   closest valid keys), and `--print-config` to see the resolved config — with memory and time *estimates* —
-#   before anything runs.
+#   closest valid keys), and `--print-config` to see the resolved config before anything runs (for `pretrain`,
+#   validated and with memory and time *estimates*).
 # - The package's own errors are one line on stderr and exit status 2; a stop on request (SIGTERM, Ctrl-C,
 #   `train.max_minutes`) writes a checkpoint and exits 3; anything else is a bug and keeps its traceback.
 # - Every run saves its resolved `config.yaml`; `--config RUN_DIR` rebuilds that config, resuming in the same
@@ -498,7 +498,7 @@ losses(again)
 # 2. Why `key=value` overrides of one config tree, rather than one `argparse` flag per setting?
 # 3. **Predict, then run** the cell with `optim.lrr=1e-3`: does the run start? What is printed, and with
 #    which exit status?
-# 4. `--print-config` validates the config before printing it. Why is that better than printing whatever was
+# 4. `pretrain --print-config` validates the config before printing it. Why is that better than printing whatever was
 #    asked for?
 # 5. **Predict, then run** the `colab-t4 --print-config` cell: does the preset fit a T4 by its own estimate,
 #    and which card is fastest? Why are these lines labelled estimates, and what would make them measurements?
@@ -540,8 +540,9 @@ test_eq(rc, 2); print(err.getvalue())
 # %% [markdown]
 # **Exit statuses under `accelerate launch`.** The launcher's own status differs: 1 when a process ended with any
 # status but 0 (torchrun's report names each process's status: 3 for a stop), 143 when the launcher itself got the
-# SIGTERM. The launcher passes a SIGTERM on to every process, which then stop as above, and kills them if they have
-# not ended 30 s later.
+# SIGTERM. The launcher passes a SIGTERM on to every process, which then stop as above, and kills those that have
+# not ended in time: 30 s later with several processes (torchrun's agent), only 5 s later with one (accelerate's
+# simple launcher) — too short for a large model's checkpoint, so a one-process job is better sent SIGTERM directly.
 
 # %%
 #| hide

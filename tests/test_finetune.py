@@ -98,6 +98,30 @@ def test_load_model_of_our_checkpoint_dir_names_missing_keys(tmp_path, tokenizer
     assert torch.equal(model.lm_head.weight, state["lm_head.weight"])
 
 
+# Catches: a checkpoint dir and the run's HF export loading to different weights or logits (09b's two loading paths).
+def test_a_checkpoint_and_its_hf_export_load_the_same_model(tmp_path, tokenizer_dir):
+    import dataclasses
+    from nanot5_edu.config import Config, DataConfig
+    from nanot5_edu.checkpoint import HF_ALIAS_KEYS
+    from nanot5_edu.tokenizer import load_tokenizer
+    cfg = Config(model=ModelConfig(**TINY), data=DataConfig(tokenizer=str(tokenizer_dir)))
+    torch.manual_seed(3)
+    model = T5(cfg.model)
+    step_dir = tmp_path / "run" / "checkpoints" / "step_00000001"
+    step_dir.mkdir(parents=True)
+    (step_dir / "trainer_state.json").write_text(json.dumps({"step": 1, "config": dataclasses.asdict(cfg)}))
+    save_file({k: v.contiguous() for k, v in model.state_dict().items() if k not in HF_ALIAS_KEYS},
+              step_dir / "model.safetensors")
+    hf_dir = export_hf(model, load_tokenizer(tokenizer_dir), tmp_path / "run" / "hf")
+    (a, tok_a), (b, tok_b) = ft.load_model(step_dir), ft.load_model(hf_dir)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    ids = torch.tensor([tok_a("The Congress shall act.").input_ids])
+    assert ids.tolist() == [tok_b("The Congress shall act.").input_ids]
+    labels = torch.tensor([[5, 6, 1]])
+    assert torch.equal(a.eval()(ids, labels=labels).loss, b.eval()(ids, labels=labels).loss)
+
+
 # --- bug 4: `evaluate --checkpoint <hub name>` writes its scores to the current directory
 
 def test_evaluate_a_hub_name_writes_to_the_current_directory(tmp_path, tokenizer_dir, monkeypatch):

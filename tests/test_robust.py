@@ -167,6 +167,9 @@ def test_two_gloo_processes_agree_on_the_stop_step_and_resume_the_same_run(tmp_p
 
 
 def damage(path: Path, how: str):
+    if how == "delete":
+        path.unlink()
+        return
     data = bytearray(path.read_bytes())
     if how == "truncate":
         path.write_bytes(bytes(data[:len(data) // 2]))
@@ -176,8 +179,10 @@ def damage(path: Path, how: str):
 
 
 # Catches: resuming from a damaged checkpoint (a low-level error, or silently wrong weights) instead of falling back to
-# the previous one that keep_last=2 kept; a fallback that does not reproduce the uninterrupted run.
-@pytest.mark.parametrize("file,how", [("model.safetensors", "truncate"), ("state.pt", "flip")])
+# the previous one that keep_last=2 kept; a checkpoint whose trainer_state.json is missing skipped without a word; a
+# fallback that does not reproduce the uninterrupted run.
+@pytest.mark.parametrize("file,how", [("model.safetensors", "truncate"), ("state.pt", "flip"),
+                                      ("trainer_state.json", "delete")])
 def test_a_damaged_newest_checkpoint_falls_back_and_ends_the_same(tmp_path, small_data, straight, one_thread, capsys,
                                                                   file, how):
     from nanot5_edu.train import train
@@ -187,7 +192,7 @@ def test_a_damaged_newest_checkpoint_falls_back_and_ends_the_same(tmp_path, smal
     damage(run_dir / "checkpoints" / "step_00000040" / file, how)
     train(make_config("cpu-demo", [*RUN, *small_data, f"logging.run_dir={run_dir}"]))
     out = capsys.readouterr().out
-    problem = "bytes but" if how == "truncate" else "has changed since it was written"
+    problem = {"truncate": "bytes but", "flip": "has changed since it was written", "delete": "cannot be read"}[how]
     assert f"checkpoint {run_dir / 'checkpoints' / 'step_00000040'} is damaged: {file} " in out and problem in out
     assert f"resumed from {run_dir / 'checkpoints' / 'step_00000020'} at step 20" in out
     assert [p.name[:21] for p in (run_dir / "checkpoints").glob("damaged_*")] == ["damaged_step_00000040"]
