@@ -195,7 +195,7 @@ def validate_config(cfg: Config, world_size: int = 1):
         name = torch.cuda.get_device_name()
         raise ConfigError(f"train.precision=bf16, but the {name} (compute capability "
                           f"{'.'.join(map(str, torch.cuda.get_device_capability()))}) has no bf16 tensor cores: bf16 would "
-                          "be emulated, several times slower. Use train.precision=fp16 (loss scaling; the colab-t4 "
+                          "be emulated, far slower than fp16 (not measured here). Use train.precision=fp16 (loss scaling; the colab-t4 "
                           "preset) or train.precision=fp32.")
     if cfg.checkpoint.resume not in ("auto", "never"):
         raise ConfigError(f"checkpoint.resume={cfg.checkpoint.resume!r}: use auto or never.")

@@ -471,13 +471,13 @@ test_close(ff(x), ref_ff(x), eps=1e-6)
 #
 # GPUs without bf16 (Colab's T4) train in fp16, whose largest number is 65,504. Under fp16 autocast every `nn.Linear`
 # runs in fp16, and `wo` is the layer to watch: in lesson [07](07_config.ipynb)'s fp16 measurement of the demo model
-# its outputs are the largest of any `Linear`, and HF's T5 keeps it in fp32 too (transformers issue 20287). Once one of its outputs grows past fp16's range
+# its outputs are the largest of any `Linear`, and HF's T5 also singles it out (its weights stay fp32 when loaded in fp16; transformers issue 20287). Once one of its outputs grows past fp16's range
 # it becomes `inf`, and the loss `nan`. HF's T5 guards the same place in its own ways: it keeps `wo`'s weights in
 # fp32 when a model is loaded in fp16 (not bf16: `_keep_in_fp32_modules = ["wo"]` in `modeling_t5.py`, added for
 # flan-t5-xxl) and clamps fp16 hidden states that reach `inf`. Ours computes `wo` in fp32 under fp16 autocast (autocast
 # off for that one matmul); its output joins the residual stream, which is fp32 already. bf16 has fp32's range and
 # needs no guard. The price is one matmul in fp32: on an H200, a T5-Base fp16 step (micro-batch 32) took 1.035 times as
-# long with the guard as without it with TF32 on, as `fit` runs, and 1.30 times with TF32 off (torch's default then, not recorded in that file; `benchmarks/fp16_path.py`;
+# long with the guard as without it with TF32 on, as `fit` runs, and 1.30 times in an earlier run with TF32 off (torch's default then, not recorded in that file; the two runs differ in more than TF32, their unguarded steps too; `benchmarks/fp16_path.py`;
 # its records `fp16_path_2.json` and `fp16_path.json` in `benchmarks/results/h200_2026-12-04/`); a T4 has no TF32. The check below
 # scales `wo` until its outputs reach about 10⁵ and runs the layer three ways (CPU autocast supports fp16 too).
 
@@ -509,7 +509,7 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 #   the causal decoder), log-spaced up to 128, one bucket beyond. One table of `num_buckets × num_heads` scalars serves
 #   a whole stack.
 # - Attention is unscaled (the `1/√d_kv` lives in the init of `q`, lesson 03b) and runs as one SDPA call (fused on GPU
-#   and at CPU inference; the math path in CPU training) with
+#   and at CPU inference; the math path for self-attention's learned bias in CPU training) with
 #   the bias as an additive mask; it equals the textbook `softmax(q·kᵀ + bias)·v` and HF's `T5Attention` within
 #   1e-5.
 # - The feed-forward is `wo(gelu_tanh(wi_0 x) ⊙ wi_1 x)` without biases, equal to HF's within 1e-6. Under fp16
@@ -571,14 +571,14 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 # | pre-training data | C4 (the released `t5-base` checkpoint: C4 mixed with supervised tasks) | C4 only |
 # | shapes | Base: `d_model` 768, `d_ff` 3072 | larger `d_model`, fewer heads, smaller `d_ff` in the big sizes; Base keeps 768, `d_ff` 2048 |
 #
-# The two rows marked unchanged are listed because both are often thought to be v1.1 changes.
+# The two rows marked unchanged are listed to show what v1.1 kept.
 #
 # **Which attention kernel runs.** FlashAttention kernels cannot take an arbitrary additive bias (let alone give it a
 # gradient), so with a bias PyTorch dispatches to the *memory-efficient* kernel on GPU (which supports an
 # additive mask, and its gradient). On CPU the flash-CPU kernel runs only where the mask needs no gradient (at
 # inference, and in cross-attention); in training the learned relative bias sends self-attention to the unfused
 # *math* path (matmul → add → softmax → matmul, half inputs upcast to fp32), as the profile below shows for torch on
-# CPU (the GPU dispatch is PyTorch's documented rule, not profiled here).
+# CPU (the GPU dispatch is not profiled here: check it on your GPU with the cell below).
 #
 # **The position bias after training.** The learned relative-position bias per head is only worth plotting
 # after training (at init it is noise of std `d_model^-½`); export a checkpoint from the CPU demo

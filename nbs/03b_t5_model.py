@@ -161,7 +161,7 @@ test_eq((enc_cache.cross_attn, dec_cache.cross_attn.k.shape), (None, (2, cfg.num
 # `-inf`, whose textbook softmax is `nan`. torch's math attention path uses a "safe" softmax that returns zeros for such rows (`aten::_safe_softmax`,
 # in lesson 03's profile), so this is a safeguard for any code that does not. The bias is cast to the compute
 # dtype (autocast's, when it is on) **once per stack**: every block shares one tensor, instead of each keeping its
-# own 16-bit copy for the backward pass.
+# own 16-bit copy for the backward pass (by construction; its memory saving is not measured here).
 
 # %%
 #| export
@@ -696,8 +696,8 @@ assert all(1 <= measured[n]["fixed, d_model^-½"][1] < 1.1 for n in measured)   
 # 4. **Predict, then run** the first cell of "The LM-head fix, measured": the initial loss with HF's std-1 head and
 #    with the fixed head, next to ln V. Why is the first so far above ln V, and why does the gap grow with
 #    `d_model`?
-# 5. In the generation cell, one config generates only token 0. Why does a tied head at init keep choosing the
-#    token it was given?
+# 5. In the generation cell, one config generates only token 0. Why might a tied head at init keep choosing the
+#    token it was given, and how would you test it?
 # 6. What does the KV cache store per decoder block, and why do the cross-attention keys and values never grow
 #    while decoding? What would greedy decoding of T tokens cost without a cache?
 # 7. Why compare with `transformers` on three small, odd configs (unequal depths, a tied head, few buckets) rather

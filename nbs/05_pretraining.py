@@ -79,7 +79,7 @@ print(f"{len(rows):,} rows of {rows.shape[1]} raw tokens; {model.num_parameters(
 
 # %% [markdown]
 # One step: draw a batch of random rows and corrupt it, run the model to get the loss (the mean cross-entropy
-# of the target tokens), backpropagate, clip the gradient's global norm to 1 (one bad batch cannot dominate the
+# of the target tokens), backpropagate, clip the gradient's global norm to 1 (so that one bad batch does not dominate the
 # optimizer's running averages of the gradient, which set the size of the next updates), update the weights, move the learning rate along its schedule. That is all of pre-training:
 
 # %%
@@ -104,7 +104,7 @@ assert np.mean(losses[-10:]) < losses[0] - 2                        # it learns:
 # %% [markdown]
 # That loop is all of pre-training; lesson [08](08_real_runs.ipynb) grows it into `fit`, the loop a long run
 # needs. Two features make it cheaper — in memory (gradient accumulation) or in time and memory (bf16) — without
-# changing what it computes; each is checked here on the bare loop.
+# changing what it computes beyond rounding; each is checked here on the bare loop.
 #
 # **Mixed precision.** Inside `torch.autocast(device, dtype=torch.bfloat16)` the matmuls run in bfloat16 (a 16-bit
 # float with fp32's exponent range and 8 significant bits, 7 of them stored): half the memory traffic, and on a GPU its tensor
@@ -168,7 +168,7 @@ for a, b in zip(whole, accumulated):
 # - (a) the row's **own** input;
 # - (b) the input of **another passage of the same document** (the next packed row of that document, or the
 #   previous one for its last row): it says which document, and what the neighbouring text is about, but not (except
-#   just across the row's edge) what stood around these blanks (so `document_gain` below includes the local topic, and `span_gain` is a lower bound on
+#   just across the row's edge) what stood around these blanks (so `document_gain` below includes the local topic, and `span_gain` probably understates
 #   reading a blank's own context);
 # - (c) the input of a row of **another document**.
 #
@@ -479,7 +479,7 @@ test_fail(lambda: fill_in(stub, fill_tok, "word " * 200 + "<extra_id_0>", max_in
 # ## The CPU demo
 #
 # The README's main command, `nanot5-edu pretrain`, runs exactly this: the `cpu-demo` preset, the recipe with the highest
-# encoder gain in an earlier one-seed sweep of 15 short runs (within a hundredth of the next) (lesson [07](07_config.ipynb)'s appendix on how the `cpu-demo` preset was chosen shows it; the script:
+# encoder gain in an earlier one-seed sweep of 15 short runs at an equal time budget (within a hundredth of the next) (lesson [07](07_config.ipynb)'s appendix on how the `cpu-demo` preset was chosen shows it; the script:
 # [experiments/demo_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/demo_sweep.py)). The
 # `tiny` model is cut to **1 encoder + 1 decoder layer** (`d_model=256`, 8 heads, gated-GELU `d_ff=1024`,
 # `vocab_size=8192`: 6.6M parameters). Each row is 141 raw tokens, corrupted into 128 encoder and 29 target tokens;
@@ -526,15 +526,15 @@ Image(filename=demo["loss_plot"])
 # | `document_gain` = (c) − (b): which speech | **0.171** | [0.144, 0.210] |
 #
 # So most of what the encoder's input is worth to this model is knowing **which speech** it is reading, and what the
-# neighbouring passage is about; reading the words around each blank is worth 0.027 nats [0.022, 0.032] (by
-# construction more likely an under- than an overestimate), small but clear of zero (and above the demo's own untrained step-0 value on the same rows, −0.001 [−0.005, 0.003] in
+# neighbouring passage is about; reading the words around each blank is worth 0.027 nats [0.022, 0.032] (probably an
+# underestimate, since (b) carries the local topic), small but clear of zero (and above the demo's own untrained step-0 value on the same rows, −0.001 [−0.005, 0.003] in
 # `results/demo_run.json`). During the run (`results/demo_run.json`) `document_gain` rose fast and early
 # (0.068 at step 750, 0.118 at 1,000) while `span_gain` crept (0.007 at 750, 0.012 at 1,000, 0.018 at 1,500, 0.027 at
 # 3,000). Of the goal we set, the held-out loss (≤ 4.5) is met; `span_gain` ≥ 0.1 is not.
 #
 # The other panels: held-out token accuracy (the target token is the model's most likely one) is 0.28 after 250
 # steps and creeps to 0.31 by the end, while the held-out loss keeps falling (5.048 at step 250): the probabilities the
-# model gives the right tokens keep rising, while how often its top choice is right rises much less. The logged gradient norm is above the clipping threshold of 1 only in the first ~150 steps (1.51 at
+# model gives the right tokens keep rising, while how often its top choice is right rises much less. The logged gradient norm (one step in 50) is above the clipping threshold of 1 only in the first ~150 steps (1.51 at
 # step 50, 1.06 at 150), during and just after the 100 warmup steps; afterwards clipping no longer acts at the
 # logged steps: the norm falls to 0.45 by step 600 (0.85 at 200, 0.50 at 500) and then stays between 0.32 and
 # 0.45 while the cosine schedule takes the learning rate from 4e-2 down to its floor of 1e-5 (`optim.final_lr`).

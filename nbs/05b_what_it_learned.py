@@ -108,7 +108,8 @@ for i in range(len(b["input_ids"])):
 # %% [markdown]
 # What to look for: a blank whose true span is much likelier under (a) than under (b) is one the model filled from
 # the words around it; one where (a) and (b) are level but (c) is lower is one where knowing the speech was enough.
-# In the saved output most blanks score about the same under all three inputs; of those that do not, the second kind
+# A single blank's gap is noisy (in the saved output some blanks even score higher under (b) than under (a)), so no one
+# blank shows span filling. In the saved output many blanks score about the same under all three inputs; of those that do not, the second kind
 # is at least as common as the first. In the passage of speech 6 on a treaty with Great Britain,
 # "formally colonized" has log-probability −19.9 with its own input and −19.8 with the neighbouring passage, but
 # −24.8 with another speech's: the model knows what this part of the speech is about, not what stood around the blank. The
@@ -136,7 +137,7 @@ for g in GAINS:
 # The "all" row repeats the run's final evaluation (4.324, 4.351, 4.522). Sentinels and EOS (27.6% of the targets)
 # gain nothing measurable from the input here (−0.001 and −0.002). That is not forced: the model never sees the
 # mask, and its own input shows where the text resumes after each sentinel, so an input can say where a span ends;
-# this model predicts them about as well without it (loss 0.769, 0.769 and 0.767 under the three inputs). Both kinds of span token
+# this model predicts them about as well from another passage's input (loss 0.769, 0.769 and 0.767 under the three inputs). Both kinds of span token
 # gain about the same from the row's own context: 0.038 nats for tokens that also stand elsewhere in the input and
 # 0.036 for the rest. So there is **no sign of copying** by this test: a model that copied words it can see in its
 # input would show a larger `span_gain` on the first kind than on the second (a weak test: frequent words also stand
@@ -145,7 +146,7 @@ for g in GAINS:
 # 7.179 against 3.934).
 
 # %% [markdown]
-# **A cloze probe whose answer only the context holds.** Thirty short passages, written for this probe, each with
+# **A cloze probe whose answer stands earlier in the passage.** Thirty short passages, written for this probe, each with
 # one blank whose answer — a name, a place or a number — stands earlier in the same passage. Each is scored by
 # the log-probability of the true fill with the passage's own text as encoder input, and with the next
 # passage's text instead (the last item takes the first's): a model that reads its context should make the true
@@ -268,7 +269,8 @@ widgets.interact(show_fill, text=box, top_k=k_slider)
 # Six recipes, each a change to the `cpu-demo` preset that keeps T5's objective (noise density 0.15, mean span 3):
 # the demo itself; deeper encoders (4 + 1 layers; 4 + 1 layers at half the width, which takes about as many steps
 # as the demo); 2 + 2 layers; and longer inputs with the same tokens per step (256 tokens × batch 8, 512 × 4: more
-# context around each blank). Every recipe gets the **same 5 minutes of training on idle cores**: a calibration
+# context around each blank). Every recipe gets the **same 5 minutes of training on idle cores, by calibration** (a step
+# budget; the runs themselves shared the machine and took longer): a calibration
 # loop timed each recipe's step on a quiet machine (`results/span_sweep_calibration.json`, 2 threads), and
 # `total_steps` is 300 s divided by that, so each cosine schedule ends on time ([experiments/span_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/span_sweep.py),
 # `results/span_sweep.jsonl`). Each is scored by `span_gain` on its own held-out rows (512 rows across all
@@ -292,7 +294,7 @@ for name in sorted({r["name"] for r in screen}):
 # What the screen shows, after 5 minutes each (one seed, three for the demo recipe and for 2 + 2 layers, the two
 # best first seeds; 95% intervals over speeches):
 #
-# - **No other recipe reached the demo recipe's mean on any seed, and the screen ranks nothing else.** The demo
+# - **No other recipe reached the demo recipe's mean on any seed, and the screen separates no other pair of recipes.** The demo
 #   recipe (1 + 1) gives `span_gain` 0.016, 0.014 and 0.008 over three seeds (mean 0.013); 2 + 2 layers 0.011, 0.004
 #   and 0.009 (mean 0.008); 256-token inputs 0.009 [0.006, 0.011] (one seed). Seed-to-seed spread (0.008–0.016 for
 #   one recipe) is as large as most differences between recipes, so these three are not separated.
@@ -303,7 +305,7 @@ for name in sorted({r["name"] for r in screen}):
 # - **Longer inputs did not help.** 512-token inputs (batch 4, so the same tokens per step) reached 0.001
 #   [−0.000, 0.002], around zero; 256 tokens 0.009. A model that barely reads the context it has may have no use for more; this
 #   screen does not test why.
-# - `document_gain` follows roughly the same order (only 2 + 2 and 256 tokens swap places; 0.099–0.122 for the demo's three seeds, 0.030–0.096 for the rest): at this budget every
+# - `document_gain` follows roughly the same order (comparing first seeds, only 2 + 2 and 256 tokens swap places; 0.099–0.122 for the demo's three seeds, 0.030–0.096 for the rest): at this budget every
 #   recipe learns "which speech" before "which words around the blank", and the ones that learn less of one learn
 #   less of the other.
 #
@@ -434,7 +436,7 @@ else:
 # - Split by kind of target token, sentinels and EOS gained nothing measurable from the input (though an input can say
 #   where a span ends), and span tokens that also stand in the input gain no more from the context than the others
 #   (0.038 against 0.036 nats): no sign that the demo copies.
-# - A cloze probe whose answer only the passage holds: the demo makes the true fill likelier with its own passage on 67%
+# - A cloze probe whose answer stands earlier in the passage: the demo makes the true fill likelier with its own passage on 67%
 #   of 30 items (the same architecture at its random initialisation: 50%, chance): weak evidence that it reads a
 #   little of its context.
 # - At an equal 5-minute budget no other recipe tried (deeper, narrower, longer inputs) reached the demo recipe's mean

@@ -272,7 +272,7 @@ def validate_config(cfg: Config, world_size: int = 1):
         name = torch.cuda.get_device_name()
         raise ConfigError(f"train.precision=bf16, but the {name} (compute capability "
                           f"{'.'.join(map(str, torch.cuda.get_device_capability()))}) has no bf16 tensor cores: bf16 would "
-                          "be emulated, several times slower. Use train.precision=fp16 (loss scaling; the colab-t4 "
+                          "be emulated, far slower than fp16 (not measured here). Use train.precision=fp16 (loss scaling; the colab-t4 "
                           "preset) or train.precision=fp32.")
     if cfg.checkpoint.resume not in ("auto", "never"):
         raise ConfigError(f"checkpoint.resume={cfg.checkpoint.resume!r}: use auto or never.")
@@ -572,8 +572,8 @@ test_close(base_total / 2**30, 57, eps=1); test_close(base4_total / 2**30, 17, e
 # `benchmarks/results/h200_2026-12-04/gpu_check.json`): the bf16 step's peak memory was 19.6 GiB at micro-batch 32
 # and 68.5 GiB at micro-batch 128, both uncompiled, 1.13 and 1.21 times the estimate (the file's `peak_over_estimate`).
 # So the estimate runs low at these sizes for uncompiled steps: read it as a floor and leave room (the one compiled
-# step measured, at micro-batch 32, peaked at 0.92× the estimate). Both measured peaks still fit the cards named
-# above (24 GB, 80 GB); `grad_acc=2` on a 40 GB card was not measured and has less room to spare. A run that still
+# step measured, at micro-batch 32, peaked at 0.92× the estimate). Both measured peaks (allocated memory; the CUDA context and the
+# allocator's reserve add more) still fit the cards named above (24 GB, 80 GB), the 24 GB one with little room; `grad_acc=2` on a 40 GB card was not measured and has less room to spare. A run that still
 # runs out of memory stops with a `TrainingError` that names the micro-batch, this estimate and the `optim.grad_acc`
 # that fits (the appendix at the end of this lesson).
 
@@ -646,7 +646,7 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 # ## Appendix: fp16 for GPUs without bf16
 #
 # A T4 or a V100 has no bf16 tensor cores (compute capability < 8.0): bf16 would be
-# emulated, several times slower, so `validate_config` refuses it there and names the two choices, fp16 and fp32.
+# emulated, far slower than fp16 (not measured here), so `validate_config` refuses it there and names the two choices, fp16 and fp32.
 # (Not an `auto` precision that picks for you: the run's `config.yaml` should say what it trained in, and a run
 # resumed on another GPU should not change precision half-way without being told.)
 # fp16 has 3 more mantissa bits than bf16 but 3 fewer exponent bits (5 against 8): its largest number is 65,504 and its
@@ -784,8 +784,8 @@ assert all(math.isfinite(l) for r in fp16_runs.values() for l in r["losses"])
 # %% [markdown]
 # What the saved run shows (200 steps, one seed): simulated fp16 follows fp32 as closely as bf16 does — over the
 # last 33 steps the losses differ by +0.0009 on average (mean |difference| 0.0078; bf16: +0.0004 and 0.0095), and
-# by at most 0.03 anywhere in the run (bf16: 0.04), which is the size of the rounding noise of a loss that is itself noisy from
-# batch to batch. The loss scaler never skipped a step (its scale stayed at the initial 65,536), and the largest
+# by at most 0.03 anywhere in the run (bf16: 0.04), which is small next to the loss itself (this run has
+# no fp32 pair at another seed to set a noise floor). The loss scaler never skipped a step (its scale stayed at the initial 65,536), and the largest
 # value any `Linear` layer saw as input or output, 114 (at the encoder's feed-forward `wo`), is 0.17% of fp16's range: in
 # its `Linear` layers this model, with fp32 master weights, loss scaling and an fp32 residual stream, is far from
 # overflowing (attention's products were not measured). That is a small model for
@@ -871,7 +871,7 @@ for r in sorted(sweep, key=lambda r: (r["budget_s"], -r["encoder_gain"])):
 #   scores lower (0.045, 0.023), not higher. (2 + 2 against 1 + 1 is within what one seed can tell; both score higher
 #   than 4 + 4, one seed each.)
 # - **The learning rate matters, up to a cliff.** With 1 + 1 layers: 1e-2 gives 0.030, 2e-2 0.074, 4e-2 **0.080**
-#   (and the lowest loss of the runs with the default vocabulary and 128-token inputs), 8e-2 breaks the run (loss
+#   (and the lowest loss of the runs with the default vocabulary and 128-token inputs), 8e-2 trains but never uses the encoder (loss
 #   5.06, gain 0.000).
 #   4e-2 is half the rate that broke; the demo's 3,000-step run (lesson 05) shows whether it holds over a longer schedule.
 # - On the 2 + 2 model, batch 8 and batch 16 are within a hundredth of each other (0.062, 0.068). On the 4 + 4

@@ -489,7 +489,7 @@ test_fail(lambda: _check_same_setup(ck_dir / "checkpoints" / "step_00000001", ma
 # ([08](08_real_runs.ipynb)) runs inside, turns the first one into a request, the loop finishes its step, writes a
 # checkpoint and raises `RunStopped`; `train.max_minutes` asks the same on a time budget. A second signal does at once
 # what it normally would, a way out if the checkpoint itself hangs. Here the handler is called the way Python calls it
-# when a SIGTERM arrives (Python delivers signals to the main thread only, and a test runner may run these cells in
+# when a SIGTERM arrives (Python runs signal handlers in the main thread only, and a test runner may run these cells in
 # another; `tests/test_robust.py` sends real ones to a running `nanot5-edu pretrain`):
 
 # %%

@@ -118,7 +118,8 @@ if controls:
 # against majority baselines of 29.3, 26.7 and 60.0 on the same instances. The loss on them falls from 7.7 to 0.004
 # (right panel; the numbers are in `results/finetune_controls.json`), and the number of distinct outputs grows from 11
 # to 23 of 30. So tokenization, prompt, loss, generation and scoring work together well enough to learn and score
-# what the model is shown. A broken pipeline does not explain the constant answers of 09's annotated run (and the few,
+# what the model is shown (on the checkpoint-loading path and on training instances; the experiment's HF-export path
+# and held-out split are covered by unit tests). A broken pipeline does not explain the constant answers of 09's annotated run (and the few,
 # repeated answers of this lesson's experiment below); what is left is the scale of the model and its pre-training,
 # or the fine-tuning recipe (200 steps at a constant rate, greedy decoding), which this control does not separate.
 
@@ -194,7 +195,8 @@ else:
 # run of the same preset), yet before any fine-tuning its held-out loss on the same batch is 8.257 (every seed) where
 # the experiment's start has 8.165 (as at step 0 of [09](09_finetuning.ipynb)'s annotated run): the difference is in the starting weights or in how they are loaded (a checkpoint
 # here, the run's HF export below), not in fine-tuning noise, and we have not isolated it (the two loading paths give
-# identical weights and losses in a test, `tests/test_finetune.py`, which points at the weights themselves). Compare rows within one
+# identical weights and losses in a test of a tiny fp32 model, `tests/test_finetune.py`; the two paths also read the
+# tokenizer from different places, and the runs are bf16: candidates we have not ruled out). Compare rows within one
 # table, not across. Its step 0 is the random init `train` would start from
 # (`random_init_start`), not the experiment's `sni.random_init`.
 
@@ -457,7 +459,7 @@ if RESULTS.exists():
 #   is lowest at its first evaluation after step 0 and rises after it: the runs overfit. Before
 #   fine-tuning the pre-trained model's held-out loss is 8.16 (step 0 of [09](09_finetuning.ipynb)'s annotated run), a random init's 9.45–9.50
 #   (step 0 of the random runs, in `results/sni_experiment.json`; the figure's right panel shows it at n = 100).
-# - **No better generations.** Most runs answer most instances of a task with one text (its most frequent E2E output
+# - **No better generations.** Many runs answer many instances of E2E NLG with one text (its most frequent E2E output
 #   covers 5–25 of the 25 instances, table above; 1–5 distinct E2E NLG outputs from the pre-trained runs, 1–13 from
 #   the random ones). So E2E Rouge-L (6–29 across runs) lands around the majority answer (18.3) and below copying the input
 #   (34.7). At 100 per task the pre-trained runs even score lower (10.2 ± 4.4 against 22.8 ± 6.2), a "yes" isolated in

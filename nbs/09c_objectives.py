@@ -35,7 +35,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 #   masked-span denoising, did best after multitask fine-tuning.
 #
 # Those are runs of billions of tokens. Here five setups (the title's) run at the scale of the CPU demo, at **equal
-# training FLOPs**, and are scored three ways: two on the same held-out rows of the corpus, one after fine-tuning on
+# training FLOPs**, and are scored three ways: two on held-out rows of the corpus (the same rows for every setup), one after fine-tuning on
 # the same instructions. What that scale can and cannot decide is
 # part of the lesson.
 
@@ -98,12 +98,12 @@ test_eq(prefix_lm_mask(6, 0), torch.ones(6, 6, dtype=torch.bool).tril())  # no p
 
 
 # %% [markdown]
-# The model takes the same batches as `T5` (`input_ids`, `labels`, optional masks), so the training loop, the
-# evaluation and the checkpoints of lessons 05–08 work unchanged: it concatenates the inputs with the decoder inputs
+# The model takes the same batches as `T5` (`input_ids`, `labels`, optional masks), so the training loop of lessons
+# 05–08 works unchanged (evaluation and loading need the small additions below): it concatenates the inputs with the decoder inputs
 # (the labels shifted right behind the start token), runs the stack once, and applies the head to the target
 # positions only. One difference remains: padded inputs leave a gap of pad positions between the prefix and the
 # targets, which changes their relative distances (masked keys, but not positions, are skipped); pre-training here has
-# no padding, and fine-tuning pads only the prompts shorter than the 256-token limit. Positions use T5's bidirectional relative-position buckets (the encoder's), since prefix positions
+# no padding, and fine-tuning pads each prompt to the longest in its batch, so in (c) many rows have the gap. Positions use T5's bidirectional relative-position buckets (the encoder's), since prefix positions
 # look both ways; in the causal part the future buckets are simply never used.
 
 # %%
@@ -893,7 +893,8 @@ if saved:
 #   the rest. The random-init controls also differ by architecture (the table's last row), before any pre-training:
 #   against its own architecture's control (the last lines above) pre-training took more off the decoder-only
 #   setups' loss than off any encoder-decoder setup's, the seeds' ranges apart. So on (c) pre-training narrowed a gap
-#   that the architectures show without it: the decoder-only setups gained more against their own control, while
+#   that the architectures show without it: the decoder-only setups gained more against their own control (from a
+#   worse random-init start, so more room to fall: not a measure of which architecture benefits more), while
 #   which architecture ends lower is a different question that three seeds barely answer.
 # - **One architecture against the other at a fixed objective**: `prefix_lm` ran on both. The encoder-decoder LM is
 #   separated from the decoder-only prefix LM on (b), (c) and `document_gain` (on (c), not once each is read against

@@ -152,7 +152,7 @@ def resource_estimates(cfg, world_size: int = 1, mfu: float = 0.3) -> str:
 # |---|---|---|
 # | 0 | the run finished | — |
 # | 2 | bad input, or a run that cannot go on (config or data error, NaN loss, a checkpoint that cannot be written, no intact checkpoint to resume): one line on stderr | what the line says |
-# | 3 | stopped early on request while the training loop runs — SIGTERM (a scheduler, `timeout`, a spot instance), a first Ctrl-C, or `train.max_minutes` — after finishing the step and writing a checkpoint (outside the loop, e.g. during the final evaluation, a signal ends the process at once: 143 or 130) | run the printed `resume:` command (or the same command again) |
+# | 3 | stopped early on request while `fit` runs (resume, evaluations, steps) — SIGTERM (a scheduler, `timeout`, a spot instance), a first Ctrl-C, or `train.max_minutes` — after finishing the step and writing a checkpoint (at the last step the run simply finishes, 0; before `fit`, e.g. building the tokenizer, or after it, e.g. the export, a signal ends the process at once: 143 or 130) | run the printed `resume:` command (or the same command again) |
 # | 130 / 143 (killed by SIGINT / SIGTERM) | a second Ctrl-C or SIGTERM: the process ends at once | the same command resumes from the last checkpoint |
 #
 # (Under `accelerate launch` the launcher's own status differs: see the appendix.)
