@@ -1,6 +1,6 @@
 # %% [markdown]
 # # The T5 model: blocks, init, weights from transformers, generation
-# > Lesson 03's layers assembled into T5 v1.1: pre-norm blocks and stacks, the init with the LM-head fix, `T5` with its loss, weights to and from `transformers`, greedy or top-k generation with a KV cache — each checked against `transformers`' T5
+# > Lesson 03's layers assembled into T5 v1.1: pre-norm blocks and stacks, the init with the LM-head fix, `T5` with its loss, weights to and from `transformers`, greedy or top-k generation with a KV cache — the weights, the loss and greedy generation checked against `transformers`' T5, the init against its formulas
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -271,7 +271,7 @@ fig.colorbar(im, ax=axs, shrink=0.8, label="additive bias (black: masked)"); plt
 # `wi_*` std `d_model^-½`, `o` std `(num_heads·d_kv)^-½` (its input width; equal to `d_model` in Base), `wo` std
 # `d_ff^-½`, the position-bias table `d_model^-½`, norms 1, embeddings 1 (HF's choice). HF (and so nanoT5) also give the
 # **untied LM head std 1**, so the initial logits have std ≈ √d_model and the first loss is ~10× ln V for
-# Base, ~7× for `tiny` (nanoT5#25; measured at the end of the lesson). Mesh TF used `d_model^-½`. We default to that (`lm_head_init_fix=True`) and keep HF's as an
+# Base, ~7× for `tiny` (both measured at the end of the lesson; nanoT5#25 reports a first loss near 110 for Base). Mesh TF used `d_model^-½`. We default to that (`lm_head_init_fix=True`) and keep HF's as an
 # option to reproduce nanoT5.
 
 # %%
@@ -451,7 +451,7 @@ for name, (w, expected) in stds.items():
 
 # %% [markdown]
 # The walk of one batch through the model at the top of lesson [03](03_t5_layers.ipynb), measured with forward
-# hooks on a T5-Base batch on the `meta` device, is in the appendix: it checks the table's shapes, and nothing
+# hooks on a T5-Base batch on the `meta` device, is in the appendix: it checks most of the table's shapes, and nothing
 # below needs it.
 
 # %% [markdown]
@@ -615,7 +615,7 @@ assert initial[True] < math.log(8192) + 1 < initial[False]
 # %% [markdown]
 # Why so far off? The decoder's last RMSNorm leaves hidden states of RMS ≈ 1, so a vector of norm ≈ √d_model.
 # Each logit is its dot product with one head row; with std-1 rows the logits have std ≈ √d_model (16 for
-# tiny, 27.7 for Base: printed under the figure), the softmax is nearly one-hot on a random token, and the loss on
+# tiny, 27.7 for Base: printed above the figure), the softmax is nearly one-hot on a random token, and the loss on
 # the right token is many times `ln V` — and more so the wider the model: about 7× for tiny and about 10× for Base. Rows of std `d_model^-½` give logits of std ≈ 1 and a loss just above `ln V`. The head is
 # the only difference, so below one set of decoder outputs per model meets both heads:
 
@@ -801,7 +801,7 @@ test_eq(seen["11 logits"], (4, 114, 32128)); test_eq(seen["12 loss"], ())
 
 # %% [markdown]
 # The round trip HF → ours → HF leaves every tensor equal, and a checkpoint saved by us loads in plain
-# `transformers` with the same logits:
+# `transformers` with logits equal within 1e-4:
 
 # %%
 tmp = Path(tempfile.mkdtemp())

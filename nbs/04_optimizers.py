@@ -65,7 +65,8 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # `|Δθ| / |θ| = lr · RMS(m̂/√v̂) / RMS(θ)`,  with `RMS(θ) = ‖θ‖₂ / √numel(θ)`:
 #
 # small weights move by a large fraction of themselves. T5-Base's tensors at init, with the fraction plain AdamW
-# moves each by at its first step (`lr / RMS(θ)`), at nanoT5's peak lr 2e-2:
+# moves each by in a first step taken at lr 2e-2 (`lr / RMS(θ)`; 2e-2 is nanoT5's peak lr, and its warmup starts at half
+# that, so nanoT5's own first step moves half as much):
 
 # %%
 def kind(name):
@@ -86,7 +87,7 @@ for k, r in rms0.items(): print(f"| {k} | {r:.4f} | {2e-2 / r:.3f} |")
 test_close(rms0["q"], 4.5e-3, eps=2e-4); test_close(rms0["shared"], 1.0, eps=0.05); test_close(rms0["wo"], 0.022, eps=1e-3)
 
 # %% [markdown]
-# At one learning rate, the first step moves the embedding (`shared`; at most: in a real batch only the rows of its
+# At one learning rate, a first step moves the embedding (`shared`; at most: in a real batch only the rows of its
 # tokens get a gradient, as the measurement below shows), the norms and HF's std-1 LM head by 2% of themselves, most
 # matrices by about half of themselves, and `q` by 4.4 times itself. (`q` is smallest because T5
 # folds attention's `1/√d_kv` into its init, [03b](03b_t5_model.ipynb).) A check of the formula: one step of
@@ -117,10 +118,10 @@ print(f"m̂/√v̂ after 10,000 zero gradients and one of 1: {adam_ratio([0.0] *
 #
 # One step at init says little about training, where m̂/√v̂ shrinks as the gradients turn noisy. So we train a
 # small T5 — `tiny` cut to 1 encoder + 1 decoder layer, on the embedded corpus (State of the Union speeches), batch
-# 16, inputs of 128 tokens, cosine schedule (built at the end of this lesson: its warmup, over the first 15% of
+# 16, inputs of 128 tokens, cosine schedule (built below, in "Learning-rate schedules": its warmup, over the first 15% of
 # steps, starts at half the peak lr), gradient clipping at 1.0, bf16 autocast, 200 steps, seed 0 — and record `|Δθ| / (lr·|θ|)` for
 # every tensor at every step (lr: that step's scheduled lr): 1 means the tensor moved by lr of its own size. Plain
-# AdamW ran at lr 1e-3, the lowest loss of a one-seed sweep of 3 rates (1e-3, 3e-3, 1e-2; 1e-3 and 3e-3 not separated) that lesson [05c](05c_optimizer_grid.ipynb) tries;
+# AdamW ran at lr 1e-3, the lowest loss of a one-seed sweep of 3 rates (1e-3, 3e-3, 1e-2; 1e-3 and 3e-3 not separated) that lesson [05c](05c_optimizer_grid.ipynb) tries — the lowest rate tried, so a smaller one, not tried, might do better;
 # the runs were made, and saved, by a slow cell of 05c with its training loop. Here we read the saved numbers:
 
 # %%
@@ -168,8 +169,8 @@ test_eq(late["adamw"].max() / late["adamw"].min() > 50, True)
 # With plain AdamW the fraction depends on the tensor. At step 1 the `q` matrices moved by ≈90 × lr (1 / their
 # RMS of 0.011 in this model, the init std printed in lesson 03b), the other matrices and the bias tables by
 # 12.7–31.7 × lr, the norms by 1 × lr and the embedding by 0.3 × lr (only the rows of tokens in the batch get a
-# gradient). Training does not close the gap: over the last 50 steps the tensors span 0.175–16.9 × lr, a factor of
-# 96.3. One learning rate cannot suit both ends: whatever lr moves the norms by a useful fraction of themselves moves
+# gradient). Training does not close the gap: over the last 50 steps the tensors of this small model span 0.175–16.9 × lr, a factor of
+# 96.3 (the embedding sets the low end: only a batch's rows get a gradient). One learning rate cannot suit both ends: whatever lr moves the norms by a useful fraction of themselves moves
 # `q` by about 90 times that fraction at step 1, and still tens of times late in the run (the plot above;
 # `results/relative_updates.json` holds every step).
 
@@ -197,8 +198,8 @@ test_eq(late["adamw"].max() / late["adamw"].min() > 50, True)
 # - **`α ← α · max(1e-3, RMS(θ))`**, over the whole tensor, before the update
 # - `θ ← θ − α · m / denom`, then, only when `weight_decay > 0`, `θ ← θ − lr · wd · θ`
 #
-# The class loops over tensors: the spec in code. (The default, `foreach=True`, runs the same math in a few fused
-# ops; it is added, and checked against this loop, in "Going further".)
+# The class loops over tensors: the spec in code. (The default, `foreach=True`, runs the same math in a few
+# multi-tensor ops; it is added, and checked against this loop, in "Going further".)
 
 # %%
 #| export
@@ -276,7 +277,7 @@ test_close(p.detach().tolist(), theta, eps=1e-12)
 theta
 
 # %% [markdown]
-# With `RMS(θ)` = 1 (a tensor of ±1 entries), AdamWScale *is* AdamW with eps on the un-corrected √v — a check
+# With `RMS(θ)` = 1 (a tensor of ±1 entries), AdamWScale's step *is* AdamW's with eps on the un-corrected √v (for this step: RMS(θ) changes once θ moves) — a check
 # against `torch.optim.AdamW` when eps is negligible:
 
 # %%
@@ -336,7 +337,7 @@ test_eq(late["adamw"].max() / late["adamw"].min() > 10 * late["adamwscale"].max(
 #   schedule to decay at all (legacy over 1,000 steps is a constant 1e-2 and a final ramp).
 # - **constant**: lr throughout (fine-tuning).
 #
-# Each is a pure function of the step, wrapped in a `LambdaLR`, so it saves and resumes with the optimizer.
+# Each is a pure function of the step, wrapped in a `LambdaLR`, so its only state is the step count, which the checkpoint saves beside the optimizer's.
 
 # %%
 #| export
@@ -438,7 +439,7 @@ widgets.interactive(plot_cosine, lr=widgets.FloatLogSlider(2e-2, base=10, min=-4
 # %% [markdown]
 # ## Going further
 #
-# ### `foreach`: the same update in a few fused ops
+# ### `foreach`: the same update in a few multi-tensor ops
 #
 # The loop above launches several small operations per tensor. `torch._foreach_*` ops apply one operation to a
 # list of tensors at once, and every per-tensor number (α included) stays on the device, so the CPU never waits
@@ -574,13 +575,15 @@ test_fail(lambda: get_optimizer("adamwscale", m.parameters(), 0), contains="must
 #
 # - Adam moves a weight by `lr · m̂/√v̂`: lr at the first step, usually less, sometimes more (≈3.16 × lr for one
 #   gradient after a long run of zeros), whatever the weight's size. So a tensor moves by `lr · RMS(m̂/√v̂) / RMS(θ)` of itself.
-# - T5's tensors differ in RMS by two orders of magnitude at init (`q` smallest); under plain AdamW their
-#   fractional steps still differed by a factor of 96.3 over the last 50 of 200 steps.
+# - T5's tensors differ in RMS by two orders of magnitude at init (`q` smallest); under plain AdamW the fractional
+#   steps of the small model trained here still differed by a factor of 96.3 over the last 50 of 200 steps (the
+#   embedding at the low end).
 # - AdamWScale scales each tensor's step by `max(1e-3, RMS(θ))`, as Adafactor does: the fractions then agreed
 #   within a factor of 2.5 over the last 50 steps, and no tensor moved by more than lr of itself in a step.
 # - Check an optimizer against a hand computation in plain floats, and against a library where the two must agree.
 # - A schedule's knee belongs at a *fraction* of the run: T5's legacy schedule is flat in a short run.
-# - `foreach` runs the same update as fused ops over all tensors, with no value read back to the CPU.
+# - `foreach` runs the same update as multi-tensor ops over all tensors (fewer, larger operations than the loop); like
+#   the loop, it reads no value back to the CPU.
 # - The baselines come from libraries: Adafactor set as nanoT5 set it (`transformers`' Adafactor, not torch's), and
 #   torch's AdamW in place of `transformers`' removed one (eps on the corrected √v̂); weight decay skips biases and norms.
 #

@@ -110,7 +110,7 @@ assert np.mean(losses[-10:]) < losses[0] - 2                        # it learns:
 # float with fp32's exponent range and 8 significant bits, 7 of them stored): half the memory traffic, and on a GPU its tensor
 # cores. The weights, their gradients and the optimizer state stay fp32 (the "master weights"), so updates far
 # smaller than a weight are not rounded away, and because bf16 has fp32's range no loss scaling is needed (fp16
-# would need it: lesson [07](07_config.ipynb)'s appendix on fp16). The loss moves, but only in its fourth decimal, far less than one bf16 rounding step of a number near 5:
+# would need it: lesson [07](07_config.ipynb)'s appendix on fp16). On one batch, the loss moves, but only in its fourth decimal, far less than one bf16 rounding step of a number near 5 (over a whole run the two precisions' weights drift apart, so this checks one step, not a run):
 
 # %%
 batch = collate(rows[:16])
@@ -155,7 +155,7 @@ for a, b in zip(whole, accumulated):
 # Held-out loss and token accuracy on fixed validation rows (their own seeded corruption, so every
 # evaluation sees the same masks), plus a few greedy samples to read. And a baseline to beat: a model
 # that knows only *how often each token appears at each target position* (sentinels and EOS sit at
-# predictable places) — the per-position unigram cross-entropy. Plain unigram entropy is a weaker bar: the
+# predictable places) — the per-position unigram cross-entropy. The plain unigram cross-entropy (one distribution for every position, fitted on training targets) is a weaker bar: the
 # demo run's training loss is below it (5.905, measured below) by step 100 (`results/demo_run.json`).
 #
 # Beating those baselines is not the same as learning span corruption. A decoder alone can learn a language
@@ -484,8 +484,8 @@ test_fail(lambda: fill_in(stub, fill_tok, "word " * 200 + "<extra_id_0>", max_in
 # `tiny` model is cut to **1 encoder + 1 decoder layer** (`d_model=256`, 8 heads, gated-GELU `d_ff=1024`,
 # `vocab_size=8192`: 6.6M parameters). Each row is 141 raw tokens, corrupted into 128 encoder and 29 target tokens;
 # batch 16; 3,000 steps of AdamWScale at lr 4e-2 with nanoT5's cosine schedule (100 warmup steps); bf16 autocast; an
-# evaluation every `eval.every_steps=250` steps. On a CPU it takes minutes, not hours (timing: below). The bars to clear: the per-position unigram baseline for the loss (a model that knows only how often each
-# token appears at each target position; plain unigram entropy is easier still), and — for span filling — a `span_gain`
+# evaluation every `eval.every_steps=250` steps. On a CPU its 3,000 training steps take minutes, not hours, at the 186 ms a step timed below (`results/span_sweep_calibration.json`; evaluations add to that). The bars to clear: the per-position unigram baseline for the loss (a model that knows only how often each
+# token appears at each target position; the plain unigram cross-entropy is easier still), and — for span filling — a `span_gain`
 # well above what an untrained model shows from noise alone (the demo model at step 0 of its run: −0.001
 # [−0.005, 0.003] on its 512 evaluation rows).
 # The goal we set for it: held-out loss ≤ 4.5 and `span_gain` ≥ 0.1 nats. Whether it gets there is the question of
@@ -517,7 +517,7 @@ Image(filename=demo["loss_plot"])
 # the run in `results/demo_run.json` (the same numbers) logged 142 ms to 5,436 ms a step while it shared the machine with other
 # jobs, so those are not a timing of the recipe; lesson 05b's recipe screen timed this recipe's training step alone
 # (evaluation left out) on 2 threads of a machine kept quiet for timing at 186 ms (`results/span_sweep_calibration.json`). Held-out loss 9.441 at the first evaluation → **4.324** after 3,000 steps, far below the per-position
-# unigram baseline (5.547) and unigram entropy (5.905); token accuracy 31.3%. On 512 held-out rows of 24 speeches:
+# unigram baseline (5.547) and the plain unigram cross-entropy (5.905); token accuracy 31.3%. On 512 held-out rows of 24 speeches:
 #
 # | | nats | 95% interval (bootstrap over speeches) |
 # |---|---|---|
@@ -528,7 +528,8 @@ Image(filename=demo["loss_plot"])
 # So most of what the encoder's input is worth to this model is knowing **which speech** it is reading, and what the
 # neighbouring passage is about; reading the words around each blank is worth 0.027 nats [0.022, 0.032] (probably an
 # underestimate, since (b) carries the local topic), small but clear of zero (and above the demo's own untrained step-0 value on the same rows, −0.001 [−0.005, 0.003] in
-# `results/demo_run.json`). During the run (`results/demo_run.json`) `document_gain` rose fast and early
+# `results/demo_run.json`). These intervals are for this one trained model: they cover which speeches were evaluated,
+# not training again with another seed, and lesson [05b](05b_what_it_learned.ipynb) finds that seeds vary more. During the run (`results/demo_run.json`) `document_gain` rose fast and early
 # (0.068 at step 750, 0.118 at 1,000) while `span_gain` crept (0.007 at 750, 0.012 at 1,000, 0.018 at 1,500, 0.027 at
 # 3,000). Of the goal we set, the held-out loss (≤ 4.5) is met; `span_gain` ≥ 0.1 is not.
 #
@@ -543,8 +544,8 @@ Image(filename=demo["loss_plot"])
 # a run achieves by the device's peak; on a CPU, lesson [07](07_config.ipynb) measures that peak with a large bf16
 # matmul, and `train.peak_tflops` then makes the loop log MFU. The saved demo run did not, and its logged step times
 # were taken on a shared machine (above), so this lesson states no MFU for it: run `nanot5-edu pretrain` on an idle
-# machine with `train.peak_tflops` set to lesson 07's measured peak to see yours. Expect a modest share: a
-# 256-wide model's matmuls are small, and attention, the optimizer and Python take their time too.
+# machine with `train.peak_tflops` set to lesson 07's measured peak to see yours. How a step's time splits between
+# matmuls, attention, the optimizer and Python was not measured here, so the lesson makes no guess at the share.
 
 # %% [markdown]
 # ## What you learned
@@ -552,19 +553,20 @@ Image(filename=demo["loss_plot"])
 # - Pre-training is a dozen lines: draw rows, corrupt spans, forward, backward, clip the global gradient norm, step,
 #   move the learning rate; on the demo model the loss falls by more than 2 nats in 60 steps.
 # - bf16 autocast runs the matmuls in 16 bits while the weights, gradients and optimizer state stay fp32; the loss
-#   moves, far less than one bf16 rounding step.
+#   moves on one batch far less than one bf16 rounding step (one step checked, not a whole run).
 # - Gradient accumulation gives exactly the big batch's gradient when each micro-batch's loss is scaled by
 #   `1/grad_acc` and every micro-batch has the same number of target tokens.
 # - A falling loss shows learning but not what was learned: the held-out loss has to beat the unigram and the
 #   per-position unigram baselines, and the encoder gains say what the input is used for.
 # - What the encoder's input is worth is measured by scoring each held-out target three times: `span_gain` = (b) − (a)
-#   is reading the words around the blank, `document_gain` = (c) − (b) is knowing the document, and `encoder_gain` =
-#   (c) − (a) is their sum; the uncertainty is a bootstrap over documents.
+#   is reading the words around the blank, `document_gain` = (c) − (b) is knowing the document and the neighbouring passage's topic (both measured against
+#   a wrong speech's input), and `encoder_gain` = (c) − (a) is their sum; the interval is a bootstrap over the evaluated
+#   documents, for one trained model, and `span_gain` is probably a lower bound on reading the context.
 # - `fill_in` and `generate_spans` read what the model writes: its output has a training target's shape, split at the
 #   sentinels.
 # - The CPU demo (3,000 steps, minutes on a CPU) ends far below both baselines with an encoder gain of
-#   0.198 nats, of which `document_gain` is 0.171 and `span_gain` 0.027: it has mostly learned which speech it is
-#   reading; span filling has started.
+#   0.198 nats, of which `document_gain` is 0.171 and `span_gain` 0.027: most of what its input is worth to it is
+#   which speech (and which passage's topic) it is reading; span filling has started.
 #
 # ## Questions
 #
