@@ -59,8 +59,8 @@ print({g: round(demo[f"final_{g}"], 3) for g in GAINS})
 # %% [markdown]
 # ## Seeing it fill blanks
 #
-# Eight held-out rows from eight different speeches, drawn and corrupted as in lesson 05's evaluation (the first rows
-# of the evaluation batches, one per speech). For each blank: what was there; the log-probability the demo model gives
+# Eight held-out rows from eight different speeches, drawn and corrupted as in lesson 05's evaluation (rows of the
+# first evaluation batch, one per speech). For each blank: what was there; the log-probability the demo model gives
 # the true span (summed over its tokens) when its encoder reads (a) the row's own input, (b) the other passage of
 # the same speech, (c) another speech's row — the three inputs behind `span_gain` and `document_gain`, one blank
 # at a time; its greedy fill from its own input; and its five most likely first tokens for the blank
@@ -106,13 +106,13 @@ for i in range(len(b["input_ids"])):
               f"greedy {greedy.get(k, '')!r:14} top 5: " + ", ".join(f"{t!r} {q:.2f}" for t, q in top5))
 
 # %% [markdown]
-# What to look for: a blank whose true span is much likelier under (a) than under (b) is one the model filled from
-# the words around it; one where (a) and (b) are level but (c) is lower is one where knowing the speech was enough.
+# What to look for: a blank whose true span is much likelier under (a) than under both (b) and (c) is one the model filled from
+# the words around it (if (c) is as high as (a), it is (b)'s passage that misleads, not (a)'s that helps); one where (a) and (b) are level but (c) is lower is one where knowing the speech was enough.
 # A single blank's gap is noisy (in the saved output some blanks even score higher under (b) than under (a)), so no one
 # blank shows span filling. In the saved output many blanks score about the same under all three inputs; of those that do not, the second kind
 # is at least as common as the first. In the passage of speech 6 on a treaty with Great Britain,
 # "formally colonized" has log-probability −19.9 with its own input and −19.8 with the neighbouring passage, but
-# −24.8 with another speech's: the model knows what this part of the speech is about, not what stood around the blank. The
+# −24.8 with another speech's: for this blank, knowing the speech was enough (one blank: an illustration, not evidence). The
 # greedy fills are the other half of the story: nearly every blank gets "the" or "of the" (the last blank of each row
 # gets a longer run of frequent words, often a repeated "the United States and …"), and the top-5 first tokens are the same few
 # frequent words ("the", "of", ",", "and", "to", ".", and in speech 20 the piece "s") at 2–9% each, whatever the blank. The
@@ -135,7 +135,7 @@ for g in GAINS:
 
 # %% [markdown]
 # The "all" row repeats the run's final evaluation (4.324, 4.351, 4.522). Sentinels and EOS (27.6% of the targets)
-# gain nothing measurable from the input here (−0.001 and −0.002). That is not forced: the model never sees the
+# gain nothing measurable from the input here (span and document gain −0.001 each, encoder gain −0.002). That is not forced: the model never sees the
 # mask, and its own input shows where the text resumes after each sentinel, so an input can say where a span ends;
 # this model predicts them about as well from another passage's input (loss 0.769, 0.769 and 0.767 under the three inputs). Both kinds of span token
 # gain about the same from the row's own context: 0.038 nats for tokens that also stand elsewhere in the input and
@@ -272,7 +272,8 @@ widgets.interact(show_fill, text=box, top_k=k_slider)
 # context around each blank). Every recipe gets the **same 5 minutes of training on idle cores, by calibration** (a step
 # budget; the runs themselves shared the machine and took longer): a calibration
 # loop timed each recipe's step on a quiet machine (`results/span_sweep_calibration.json`, 2 threads), and
-# `total_steps` is 300 s divided by that, so each cosine schedule ends on time ([experiments/span_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/span_sweep.py),
+# `total_steps` is 300 s divided by that, so each cosine schedule ends on time (the warmup is the demo's 100 steps or a
+# tenth of the run, whichever is fewer) ([experiments/span_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/span_sweep.py),
 # `results/span_sweep.jsonl`). Each is scored by `span_gain` on its own held-out rows (512 rows across all
 # validation speeches), with the document-bootstrap interval. One seed each, three for the two leaders: a screen.
 # Losses are not comparable across input lengths (longer inputs have longer targets).
@@ -294,10 +295,12 @@ for name in sorted({r["name"] for r in screen}):
 # What the screen shows, after 5 minutes each (one seed, three for the demo recipe and for 2 + 2 layers, the two
 # best first seeds; 95% intervals over speeches):
 #
-# - **No other recipe reached the demo recipe's mean on any seed, and the screen separates no other pair of recipes.** The demo
+# - **No other recipe reached the demo recipe's mean on any seed, and, judged by seed spread, the screen separates no other pair of recipes.** The demo
 #   recipe (1 + 1) gives `span_gain` 0.016, 0.014 and 0.008 over three seeds (mean 0.013); 2 + 2 layers 0.011, 0.004
 #   and 0.009 (mean 0.008); 256-token inputs 0.009 [0.006, 0.011] (one seed). Seed-to-seed spread (0.008–0.016 for
-#   one recipe) is as large as most differences between recipes, so these three are not separated.
+#   one recipe) is as large as most differences between recipes, so these three are not separated. (Some single-seed
+#   intervals do not overlap — 256-token against 512-token inputs, for one — but neither do two of the demo
+#   recipe's own seeds, so an interval over speeches is not the yardstick for a recipe.)
 # - **Depth did not buy span filling at this budget** (at the demo's lr, 4e-2, tuned for the 1 + 1 model only). A 4-layer encoder (4 + 1) took 669 steps in the 5 minutes
 #   against the demo's 1,610 and reached 0.001, with its interval around zero. The narrow 4 + 1 model (d_model
 #   128) took as many steps as the demo (1,632) and reached only 0.002 [−0.001, 0.005]: more steps at fewer
@@ -429,8 +432,8 @@ else:
 # ## What you learned
 #
 # - The gains are averages over every target token. Blank by blank, the log-probability of the true span under the three
-#   inputs shows which blanks the model fills from the words around them ((a) well above (b)) and which from knowing
-#   the speech ((a) and (b) level, (c) lower). Most of the demo's blanks score about the same under all three inputs,
+#   inputs shows which blanks the model fills from the words around them ((a) well above (b) and (c)) and which from knowing
+#   the speech ((a) and (b) level, (c) lower). Many of the demo's blanks score about the same under all three inputs,
 #   the others are at least as often of the second kind as of the first, and its greedy fills are
 #   frequent words ("the", "of the") whatever the blank.
 # - Split by kind of target token, sentinels and EOS gained nothing measurable from the input (though an input can say

@@ -21,7 +21,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # It needs from 04 `get_optimizer` and `get_lr_scheduler` (`nanot5_edu.optim`); for a small training loop (`run`, a
 # hidden cell), the tokenizer of [01](01_tokenizer.ipynb), the span corruption of
 # [02](02_span_corruption.ipynb) and [02b](02b_span_batches.ipynb), and the model of [03b](03b_t5_model.ipynb); and the
-# held-out evaluation of lesson [05](05_pretraining.ipynb) (`evaluate`, `span_gain`, `document_gain`), which is why this
+# held-out evaluation of lesson [05](05_pretraining.ipynb) (`evaluate`, which returns the held-out loss with `span_gain` and `document_gain`), which is why this
 # comparison comes after pre-training rather than right after 04. The grid's results
 # (`nbs/results/optimizers.json`, and `relative_updates.json`, which 04's measurement reads) are found by
 # `results_file` wherever the notebook runs: reading needs no run.
@@ -60,14 +60,15 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # layer, batch 16, inputs of 128 tokens, gradient clipping at 1.0, lr 4e-2), 300 steps per run,
 # scoring each run on 512 held-out rows drawn across all validation speeches by its **held-out loss** and two
 # gains. **`span_gain`**: the loss when a row is decoded from the encoder input of *another passage of the same
-# speech* minus the loss with its own input. The other passage says which speech the row is from but not what stood
+# speech* minus the loss with its own input. The other passage (the neighbouring one) says which speech the row is from and little of what stood
 # around its blanks, so a positive `span_gain` means the model fills spans from their context. **`document_gain`**:
 # the loss with a passage of *another speech* minus the loss with another passage of the same one — what knowing the
 # speech (its era, its topics) is worth. Lesson 05 builds this evaluation (`evaluate`); here it is only a tool.
 #
 # A fair comparison at this scale needs **3 seeds per setting** (a gap smaller than the spread is not a ranking);
 # **a schedule that decays** within 300 steps (`inverse_sqrt` with its knee at 15% of the run, like nanoT5's 10⁴
-# of 65,536; nanoT5's inverse-sqrt runs used T5's legacy schedule, whose peak, 1e-2, ignores the base lr); **one peak
+# of 65,536 — it holds the peak lr from step 0, without cosine's warmup from half the peak, so the two schedules
+# differ in more than their decay; nanoT5's inverse-sqrt runs used T5's legacy schedule, whose peak, 1e-2, ignores the base lr); **one peak
 # lr** (4e-2) for Adafactor and AdamWScale under both schedules, as nanoT5 gives both one rate (a protocol, not a
 # guarantee of fairness: the rate was tuned for AdamWScale, see below; and since nanoT5's schedule columns also differ
 # in peak lr, 1e-2 against 2e-2, this grid's schedule comparison is not nanoT5's experiment); and **plain AdamW at its own
@@ -277,15 +278,16 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 # `results/optimizers.json`):
 #
 # - **No run fills spans yet, beyond a trace**: the mean `span_gain` is at most 0.004 nats (single runs at most
-#   0.007). That is above the untrained models at step 0 (−0.001 to 0.001 for the grid's three inits; −0.013 for HF's
-#   std-1 head, whose step-0 loss is 61.6), and all six Adafactor runs (three seeds, each under both schedules) are
-#   positive, but it is a few thousandths of a
-#   nat. Adafactor's runs have begun to use
+#   0.007). Adafactor's runs are above the untrained models at step 0 (−0.001 to 0.001 for the grid's three inits;
+#   −0.013 for HF's std-1 head, whose step-0 loss is 61.6), and all six of them (three seeds, each under both
+#   schedules) are positive, but by a few thousandths of a nat; AdamWScale's and plain AdamW's cannot be told apart
+#   from the step-0 range. Adafactor's runs have begun to use
 #   *which speech* a row is from (`document_gain` 0.034–0.042; AdamWScale 0.007–0.009, its seeds 0.001–0.018;
 #   plain AdamW ≤ 0.002). The last column, the loss when every row is decoded from another speech's passage, is the
 #   loss with a wrong speech's input (held-out loss + the two gains, exactly): there the four Adafactor and AdamWScale settings are
 #   much closer than in the held-out loss, so by this accounting most of Adafactor's lead is that it has begun to use which speech a row
-#   is from. None of this can test nanoT5's claim, about the end of runs ≈ 4.6 × 10⁵ times bigger.
+#   is from (an accounting that can understate the rest of the lead: a model that uses the speech is also misled by a
+#   wrong one). None of this can test nanoT5's claim, about the end of runs ≈ 4.6 × 10⁵ times bigger.
 # - **Adafactor is ahead of AdamWScale** under both schedules (4.959 ± 0.008 and 4.983 ± 0.007 against
 #   5.012 ± 0.017 and 5.021 ± 0.019), at one lr, picked for AdamWScale in lesson 07's demo sweep (one seed per rate, a fixed time budget: 868
 #   steps at 4e-2, more than these 300; by encoder gain; 8e-2 broke the run there) and never for Adafactor. A hypothesis, not tested (this grid
@@ -295,7 +297,7 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 #   under inverse-sqrt Adafactor leads there too (1.995 against 2.040).
 # - **Schedules**: for Adafactor, inverse-sqrt beats cosine by 0.025 (seed spread 0.007–0.008); for AdamWScale the
 #   0.008 gap is within the spread (0.017–0.019), so it ranks nothing.
-# - **Plain AdamW** at 4e-2 is far behind (5.738 ± 0.047); at the lowest of its three rates (1e-3, the edge of the
+# - **Plain AdamW** at 4e-2 is far behind (5.738 ± 0.047, above lesson 05's per-position unigram baseline, 5.547); at the lowest of its three rates (1e-3, the edge of the
 #   sweep: 5.158 ± 0.006; one seed of 3e-3, 5.165, ended about one seed sd above the same seed at 1e-3: not separated) it is still 0.137 nats or more behind all
 #   four.
 # - **No divergence**: plain AdamW at nanoT5's default 2e-2 stayed finite without gradient clipping (5.479), and with HF's
@@ -312,7 +314,7 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 # - At 300 CPU steps Adafactor led AdamWScale under both schedules at one lr (4e-2, picked for AdamWScale by lesson 07's one-seed sweep), both led plain AdamW at
 #   its best of three rates, and plain AdamW did not diverge, even without clipping and with HF's std-1 LM head.
 # - No run learned to fill spans (mean `span_gain` ≤ 0.004 nats per setting, 0.007 at most in one run: a trace, against Adafactor's `document_gain` of
-#   0.034–0.042): most of Adafactor's lead in held-out loss is that use of the speech, not span filling; whether nanoT5's gaps at
+#   0.034–0.042): by the wrong-speech accounting, most of Adafactor's lead in held-out loss is that use of the speech, not span filling; whether nanoT5's gaps at
 #   65,536 steps come from span filling this grid cannot tell.
 # - Counting FLOPs (≈ 6 per parameter per token) puts one nanoT5 run at ≈ 4.6 × 10⁵ of these: a result at this scale
 #   cannot confirm or refute one at that scale.

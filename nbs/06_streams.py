@@ -152,7 +152,7 @@ print(f"state after 5 batches: epoch {state['epoch']}, position {state['position
 # is 54.5 TFLOP (`flops_per_step`, counted in
 # [07](07_config.ipynb)); an H200 (989
 # TFLOP/s dense bf16) at 50% MFU, an optimistic target (nanoT5's A100 step is about 31% by lesson 07's count, and
-# the course's uncompiled bf16 H200 runs measured 13.6–16.2%: `benchmarks/results/h200_2026-12-04/gpu_check.log`), does one in about a tenth of a second, so it consumes about **660k raw tokens per
+# the course's uncompiled bf16 H200 runs measured 12.1–16.2%: `benchmarks/results/h200_2026-12-04/gpu_check.log`), does one in about a tenth of a second, so it consumes about **660k raw tokens per
 # second** (the cell below prints it). Here is what one process does, on a few speeches of the embedded corpus, with
 # the demo's vocabulary:
 
@@ -187,15 +187,17 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # One process prepares text more slowly than the GPU consumes it (and the tokenizer's Rust batch call may have used a
 # second thread here, so one core alone is no faster): the printed speeds (they vary with
 # the machine's load: 0.30M raw tokens/s for the whole pipeline in the saved output above) against the 660k needed at
-# 50% MFU; and the training process has other work too (launching kernels, logging, checkpoints). Fed by the training
-# process itself, this GPU would wait for text for part of every step, and a faster GPU or a better MFU would make it
-# worse (a lower MFU needs proportionally fewer tokens per second). So, like nanoT5, the text is prepared in
-# `torch.utils.data.DataLoader` **worker processes** (processes, not threads: Python's global interpreter lock
-# lets only one thread run Python code at a time), one core each, a few batches ahead; the training process
+# 50% MFU; and the training process has other work too (launching kernels, logging, checkpoints). At 50% MFU, fed by
+# the training process itself, this GPU would wait for text for part of every step, and a faster GPU or a better MFU
+# would make it worse (a lower MFU needs proportionally fewer tokens per second: at the MFU the course measured, about
+# a third of the rate, which one process's printed pipeline speed would roughly cover if the trainer had no CPU work
+# of its own). So, like nanoT5, the text is prepared in
+# `torch.utils.data.DataLoader` **worker processes** (processes, not threads: the packing and corruption are Python
+# code, which Python's global interpreter lock would run one thread at a time; the Rust tokenizer releases it), one core each, a few batches ahead; the training process
 # only receives finished batches. `data.num_workers` sets how many: by default the cores left per process, at
 # most 8, nanoT5's number (`data.num_workers` in nanoT5's `configs/default.yaml`). If each worker has a core of its
-# own, their speeds should add up (on this machine's 2 cores, 2 workers streamed 1.96× the tokens per second of the
-# training process alone: `benchmarks/results/cpu_2026-12-05/stream.log`; Try it 3 measures yours): a few at the
+# own, their speeds should add up (on the 2-core benchmark machine, 2 workers streamed 1.96× the tokens per second of the
+# training process alone, with a shuffled pipeline set up differently from the cell above: `benchmarks/results/cpu_2026-12-05/stream.log`; Try it 3 measures yours): a few at the
 # printed pipeline speed would cover the 660k, and more leave headroom for a faster GPU and for bursts.
 #
 # ## How a stream resumes
@@ -421,8 +423,10 @@ test_eq([w.is_alive() for st in (stream, resumed) for w in st._loader._iterator.
 # training ends, and a stream still open when Python exits is closed first. A training process killed outright
 # (`kill -9`, the out-of-memory killer, a Colab runtime restart) runs none of that, so each worker also asks the
 # kernel to kill it when its parent dies (Linux's `PR_SET_PDEATHSIG`, when the trainer started it directly) and keeps
-# a thread that ends the worker once the trainer is gone (`_die_with_trainer`): otherwise a worker blocked on a full queue would hold its memory and shared-memory
-# files for good (`tests/test_robust.py` kills a trainer with SIGKILL and finds no worker left).
+# a thread that ends the worker once the trainer is gone (`_die_with_trainer`): otherwise a worker busy in a long block build, which never reaches torch's own
+# 5-second check on its parent, would outlive the trainer with its memory and shared-memory files
+# (`tests/test_robust.py` kills a trainer with SIGKILL, with idle workers and with workers held in a block build, and
+# finds no worker left).
 #
 # What `train` ([08](08_real_runs.ipynb)) calls: the corpus's documents (`load_texts`: in memory, or a stream for C4,
 # C4 shards and `data.streaming`), all of its packed rows (`packed_rows`: the first `stream_limit` of a stream, and
@@ -482,7 +486,7 @@ def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, mi
 # - `datasets`' streams resume from a position (shard, example), and torchdata's `StatefulDataLoader` collects it from
 #   every worker.
 # - A rolling shuffle buffer loses its contents on resume; a block shuffle seeded by the block's position does not,
-#   and costs at most one block of re-reading.
+#   and costs at most one block (and one packing group of 1,000 documents) of re-reading.
 # - Each worker keeps a whole block's batches ready, so building the next block overlaps training (not all the wait
 #   goes: `stream_stalls.log`).
 # - A resume needs the same number of processes and workers: the saved position is per process and per worker.
@@ -528,6 +532,8 @@ def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, mi
 # packing map, a rebatching stage that `datasets` adds, and the reader of the shards (which shard, how many examples
 # into it).
 # A resume re-reads the current block from its start and skips the rows already used: bounded work, whatever the step.
+# (The reader's `shard_idx` counts this worker's own shards — each of the two workers reads two of the four — so
+# `'shard_idx': 2` means worker 0 has read both of its shards: this small stand-in fit into its first packing group.)
 
 # %%
 def positions(state, depth=0):
@@ -543,12 +549,13 @@ positions(saved["loader"]["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset
 # ## Appendix: which rows did each process train on?
 #
 # Lesson 08 trains in several processes (DDP), each with its own `rank` of the `BatchStream` above. Two things must
-# then hold, and a run can show them afterwards: the processes read *different* rows (the rank split above), and they
+# then hold: the processes read *different* rows (the rank split above), and they
 # end with the *same* weights (DDP averages their gradients). Lesson 08's `train` (imported from `nanot5_edu.train`,
 # as in lesson 05) wraps its stream in `FirstBatchHash`: every batch passes through unchanged, and the sha256 of the
 # first batch's `input_ids` is kept. After training, each process writes `processes/rank_R.json` with that hash and a
-# hash of its final weights. Different first-batch hashes show the processes did not read the same rows (a spot
-# check on the first batch, not a proof for every batch); equal weight hashes show the copies stayed in sync. The
+# hash of its final weights. The hash is taken after span corruption, and each process corrupts
+# with its own seed, so different first-batch hashes show only that the processes' first batches differ — that they
+# read different rows is what the rank split above ensures and its check shows; equal weight hashes show the copies stayed in sync. The
 # package's two-process test ([tests/cli_runs.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/tests/cli_runs.py))
 # asserts both, and lesson 08's "Two processes on a CPU" exercise has you compare the two files. The code is hidden
 # here (it has no output of its own); it lives in `nanot5_edu.stream`.

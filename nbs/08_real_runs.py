@@ -69,7 +69,7 @@ cpu_peak = {torch.bfloat16: matmul_peak_flops(torch.bfloat16)}  # 07: the CPU's 
 # | evaluation | held-out loss, accuracy and the encoder gain (span gain + document gain), not the training loss, say what was learned | [05](05_pretraining.ipynb) |
 # | a resumable data stream | the same batches after a restart; streamed corpora in worker processes | [06](06_streams.ipynb) |
 # | one config tree, errors before compute; FLOPs, MFU, memory | every knob in one place; a typo stops the run at once; how much of the hardware the run uses | [07](07_config.ipynb) |
-# | a logging window and evaluation during the run | numbers while it runs, without slowing it | step 1, below |
+# | a logging window and evaluation during the run | numbers while it runs, without a device sync per step (evaluation time is kept out of ms/step) | step 1, below |
 # | atomic, checked checkpoints; exact resume | a killed run loses only the steps since its last checkpoint | [07b](07b_checkpoints.ipynb); into the loop in step 2, below |
 # | 🤗 Accelerate | the same loop on a CPU, a GPU or several | step 3, below |
 # | a NaN guard, stopping on signals, MFU, compile | a clean stop; how much of the hardware the run uses | The loop, below (the signals: [07b](07b_checkpoints.ipynb)'s `StopRequest`) |
@@ -81,8 +81,8 @@ cpu_peak = {torch.bfloat16: matmul_peak_flops(torch.bfloat16)}  # 07: the CPU's 
 # Three terms that come with Accelerate: **DDP** (DistributedDataParallel) runs one process per device, each on
 # its own share of the batch, and averages the gradients across processes after every backward pass; **gloo**
 # is PyTorch's communication backend for CPUs, which is how the tests run two DDP processes on a laptop (GPUs use
-# NCCL); **TF32** is an NVIDIA matmul mode for fp32 inputs with a 10-bit mantissa, several times faster than
-# full fp32, which `make_accelerator` (below) turns on on a GPU for every matmul that runs in fp32 (all of them in an
+# NCCL); **TF32** is an NVIDIA matmul mode for fp32 inputs with a 10-bit mantissa, faster than
+# full fp32 on the GPUs that have it (this course measures no TF32 speed), which `make_accelerator` (below) turns on on a GPU for every matmul that runs in fp32 (all of them in an
 # fp32 run; in a bf16 run only those outside autocast, such as the greedy samples of an evaluation).
 
 # %% [markdown]
@@ -181,8 +181,9 @@ test_eq(after, {s: l for s, l in whole.items() if s > 4})  # steps 5 and 6 done 
 # ### Step 3: 🤗 Accelerate
 #
 # The last addition changes who runs the loop: an `Accelerator` picks the device, wraps the model in DDP when
-# `accelerate launch` starts several processes, runs the forward pass under the run's precision, and splits a step
-# into `grad_acc` micro-batches whose gradients are all-reduced across processes only on the last one. On one CPU
+# `accelerate launch` starts several processes, runs the forward pass under the run's precision, and — while the loop draws a step's `grad_acc`
+# micro-batches itself — divides each micro-batch's loss by `grad_acc` and all-reduces the gradients across processes
+# only on the last one. On one CPU
 # process, as here, the same code trains as before:
 
 # %%
@@ -232,10 +233,11 @@ assert v3[-1] < v3[0]
 # after every micro-batch; inside `accelerator.accumulate` it does so only on the last micro-batch of a step.
 # A non-finite loss still stops the run before any evaluation or checkpoint comes after it: the window's losses
 # are checked (one read for all of them) before each of those, and the message names the step and the last
-# checkpoint. The logged tokens/s is the whole job's (every process's tokens); MFU is this process's FLOPs over
+# checkpoint. The logged tokens/s is this process's tokens (padding included) times the number of processes — the whole job's
+# when every process's batches have the same shape, as in pre-training; MFU is this process's FLOPs over
 # its own device's peak, which under N processes equals the job's: N times the FLOPs over N times the peak.
-# With `train.compile=true` the compiled module runs the training steps only: evaluation, at another batch size
-# (which would make the compiler build a second graph), runs the same weights uncompiled; and the first step, which
+# With `train.compile=true` the compiled module runs the training steps only: evaluation (another mode, without gradients, with three encoder inputs and often
+# another batch size, each of which would make the compiler build another graph) runs the same weights uncompiled; and the first step, which
 # compiles, is left out of the first window's ms/step (its time is printed on its own).
 
 # %%
@@ -372,7 +374,7 @@ class LogWindow:
 # %% [markdown]
 # **Evaluation during a run.** Every `eval.every_steps` (and at step 0, the start of the held-out curve) each process
 # scores its share of the held-out batches with [05](05_pretraining.ipynb)'s `evaluate`, the sums are added across
-# processes, and the main process writes a line, appends the scores to `metrics.jsonl` and prints a few greedy samples
+# processes, and the main process writes a line, appends the scores to `metrics.jsonl` and (after step 0) prints a few greedy samples
 # beside their targets:
 
 # %%
@@ -628,7 +630,7 @@ def train(cfg: Config) -> dict:
 # the losses (held-out with the three encoder inputs), the three gains (with the last evaluation's interval),
 # the held-out token accuracy, and the gradient norm with the learning rate. One thing to know when
 # reading it: the training loss is logged as the mean over each logging window (`logging.every_steps=50` in the
-# demo), so the point at step `s` averages losses from models up to a window younger, while the held-out loss is
+# demo), so the point at step `s` averages losses from weights up to a window earlier (less trained), while the held-out loss is
 # measured on the weights of step `s` itself. Early in training, when the loss falls fast, that lag can by itself put
 # the training curve *above* the held-out one, so the gap is no sign by itself that the held-out rows are easier. The
 # quick run below (a window of 3 steps) shows such a gap (one run: it does not separate the lag from other causes): at step 6 the window's mean loss is 8.80, the held-out loss
@@ -694,7 +696,7 @@ def plot_run(run_dir: str | Path, baselines: dict | None = None) -> Path:
 # ## A few steps, for real
 #
 # The fast path of this notebook runs the same `train` with a smaller model and a few steps: loss goes down,
-# metrics are logged, checkpoints and the HF export are written and load in plain `transformers`. With the
+# metrics are logged, checkpoints are written, and the HF export loads in plain `transformers`. With the
 # CPU's measured bf16 matmul peak ([07](07_config.ipynb)'s `matmul_peak_flops`) as `train.peak_tflops`, the log lines report MFU on a CPU too.
 
 # %%
@@ -760,7 +762,7 @@ test_eq(all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0]), True
 # %% [markdown]
 # A NaN stops the run with a clear message, before any evaluation or checkpoint of the step that produced it.
 # Here plain AdamW at an absurd learning rate without clipping blows the weights up in its first update (Adam's
-# first step moves every weight with a nonzero gradient by about the learning rate, 1e30: still finite in fp32), and the loss of step 2 overflows. Note what the guard can and cannot promise: it
+# first step moves every weight with a nonzero gradient by about the learning rate, 1e30: still finite in fp32), and the loss of step 2 is NaN. Note what the guard can and cannot promise: it
 # sees a loss, so the checkpoint of step 1, written before that loss existed, already holds the blown-up
 # weights. That is why the message points one checkpoint further back when needed (`checkpoint.keep_last`
 # keeps two) — here there is none before step 1, so the only way on is to start again (`checkpoint.resume=never`)
@@ -810,7 +812,7 @@ test_eq(json.loads((good / "trainer_state.json").read_text())["step"] + 1, int(m
 #    digit, or only approximately? What would break the equality?
 # 6. In the NaN cell, why can the step-1 checkpoint, written before the NaN was seen, already hold broken weights?
 # 7. Why is the first step of a compiled run left out of the logged ms/step?
-# 8. Early in a run the training curve sits above the held-out curve. Why is that not a sign of anything wrong?
+# 8. In the quick run, early on, the training curve sat above the held-out curve. Why is that not a sign of anything wrong?
 #
 # ## Try it
 #

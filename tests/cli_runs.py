@@ -65,6 +65,6 @@ def pretrain_ddp(run_dir, *overrides) -> list[dict]:
     assert r.returncode == 0, r.stderr[-3000:]
     ranks = [json.loads((Path(run_dir) / "processes" / f"rank_{i}.json").read_text()) for i in (0, 1)]
     assert [m["world_size"] for m in ranks] == [2, 2]
-    assert ranks[0]["first_batch_sha256"] != ranks[1]["first_batch_sha256"]  # each rank trains on its own rows
+    assert ranks[0]["first_batch_sha256"] != ranks[1]["first_batch_sha256"]  # the first batches differ (rows split by rank, masks seeded by rank)
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]        # and DDP keeps the weights equal
     return ranks
