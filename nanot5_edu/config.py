@@ -182,7 +182,7 @@ def validate_config(cfg: Config, world_size: int = 1):
     if o.scheduler not in SCHEDULES:
         raise ConfigError(f"optim.scheduler={o.scheduler!r} is unknown: choose one of {', '.join(SCHEDULES)}.")
     if not o.lr > 0:
-        raise ConfigError(f"optim.lr={o.lr} must be > 0.")
+        raise ConfigError(f"optim.lr={o.lr} must be > 0 (nanoT5 uses optim.lr=2e-2 with adamwscale).")
     if t.total_steps <= 0 or not 0 <= o.warmup_steps <= t.total_steps:
         raise ConfigError(f"Need 0 <= optim.warmup_steps ({o.warmup_steps}) <= train.total_steps ({t.total_steps}) "
                           "and total_steps > 0.")
@@ -199,9 +199,10 @@ def validate_config(cfg: Config, world_size: int = 1):
                           "preset) or train.precision=fp32.")
     if cfg.checkpoint.resume not in ("auto", "never"):
         raise ConfigError(f"checkpoint.resume={cfg.checkpoint.resume!r}: use auto or never.")
-    for section in (cfg.eval, cfg.checkpoint, cfg.logging):
+    for key, section in (("eval", cfg.eval), ("checkpoint", cfg.checkpoint), ("logging", cfg.logging)):
         if section.every_steps <= 0:
-            raise ConfigError(f"{type(section).__name__}.every_steps must be > 0.")
+            raise ConfigError(f"{key}.every_steps={section.every_steps} must be > 0: set it to a number of steps "
+                              f"(the default is {type(section)().every_steps}).")
     arch, objective = cfg.model.architecture, cfg.data.objective
     if (arch, objective) not in SETUPS:
         valid = "; ".join(f"model.architecture={a} data.objective={o}" for a, o in SETUPS)

@@ -83,7 +83,8 @@ class CorpusError(ValueError):
 #
 # A validation split must be **fixed**: if it were drawn at random at run time, two runs would report
 # losses on different text. We hold out every speech from a year ending in 5 (1795, 1805, …, 2015; there
-# is no 2025 speech): about a tenth of the documents, from 23 of the corpus's 24 decades (all but the
+# is no 2025 speech: a president's first-year address to Congress is not counted as a State of the Union, and the
+# package leaves those out): about a tenth of the documents, from 23 of the corpus's 24 decades (all but the
 # 2020s), so the validation set has the same mix of 18th-century and modern English as the training set.
 
 # %%
@@ -153,7 +154,8 @@ test_eq(sotu_train[0]["text"].startswith("Fellow-Citizens of the Senate"), True)
 # need a `text` field and `.parquet` a `text` column.
 #
 # Before handing files to `datasets` we check them ourselves, because `datasets`' errors for a typo or a
-# binary file are long tracebacks from deep inside Arrow. The checks are cheap: existence, size, and
+# binary file are long tracebacks from inside its builders (a file in another encoding ends in a
+# `DatasetGenerationError` wrapping a `UnicodeDecodeError`) that do not say what to do. The checks are cheap: existence, size, and
 # (for text formats) that the first megabyte is UTF-8 without NUL bytes.
 
 # %%
@@ -276,7 +278,7 @@ test_fail(lambda: load_files(str(tmp / "one" / "all.txt"), txt_doc_per_file=True
 # %% [markdown]
 # ## C4, the real thing
 #
-# nanoT5 pre-trains on `allenai/c4` (config `en`), the Colossal Clean Crawled Corpus built for T5: one
+# nanoT5 pre-trains on `allenai/c4` (config `en`; `c4` in nanoT5's code, the dataset's older name), the Colossal Clean Crawled Corpus built for T5: one
 # month of Common Crawl (April 2019) cleaned by rules (T5 paper, §2.2). It keeps only lines that end in
 # terminal punctuation and have at least 5 words; drops pages with fewer than 3 sentences, pages with a word
 # from a list of obscene words, pages with "lorem ipsum" or a curly bracket (code), lines mentioning
@@ -502,9 +504,11 @@ print(format_stats(stats))
 # address was a report that grew with the government, to about 27,000 words under Theodore Roosevelt and
 # Taft. Wilson read it aloud again in 1913; since then the **spoken** address has stayed between about 2,000 and
 # about 11,000 words. (Not every dot labelled spoken was; among those sent in writing, as the American Presidency
-# Project's list of the addresses (presidency.ucsb.edu) records: Wilson's of 1919 and 1920, the one at about
+# Project's list of the addresses (presidency.ucsb.edu) records, are for example Wilson's of 1919 and 1920, the one at about
 # 28,000 words in 1946, which is Truman's message, Coolidge's messages of 1925–1928 and Hoover's of 1929, among
-# them the 10,995 words of 1929-Hoover-1 printed below; the package's metadata labels them all spoken.) Written messages still appeared now and then, and the two longest speeches of all are
+# them the 10,995 words of 1929-Hoover-1 printed below; the package's metadata labels them all spoken. The other way round, a few items labelled
+# written after 1913 are radio addresses or remarks, such as 1945-Roosevelt-2 and 1956-Eisenhower-2, by their source
+# addresses.) Written messages still appeared now and then, and the two longest speeches of all are
 # written: Carter's last two written messages (1980 and 1981). Each dot is a speech; the
 # validation speeches (orange) sit along the whole timeline, as the split rule intends. Under the plot, each
 # era's shortest, median and longest speeches:
@@ -601,7 +605,7 @@ plt.show()
 # ## Appendix: bad input, each with its message
 #
 # Every error names what went wrong and what to do about it. A few of them, for a missing file, a file in the
-# wrong encoding, a misspelt corpus name and an option the loader does not take:
+# wrong encoding, an unknown corpus name and an option the loader does not take:
 
 # %%
 (tmp / "bad").mkdir()

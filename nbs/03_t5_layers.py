@@ -18,7 +18,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # is inside: the code is written to be read one layer at a time, and attention is one call of
 # `torch.nn.functional.scaled_dot_product_attention` (SDPA: PyTorch's attention function, fused where a kernel allows)
 # with T5's relative position bias, combined with the mask once per stack, as an additive mask (HF's T5 also calls
-# SDPA by default in transformers 5; the Attention section says how the two compare). The layers need only torch;
+# SDPA by default in recent transformers 5.x releases; the Attention section says how the two compare). The layers need only torch;
 # `transformers` is the reference.
 #
 # It needs from [02b_span_batches](02b_span_batches.ipynb) only the shapes of one training batch (the table
@@ -82,13 +82,13 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 #
 # The encoder does the heavy lifting (512 positions), the decoder sees only 114: span corruption makes the
 # expensive half of an encoder-decoder cheaper (the decoder's cross-attention still projects every encoder position). Lesson 03b's appendix runs this batch through the finished `T5` on
-# the `meta` device (shapes, no compute) and checks the table's shapes.
+# the `meta` device (shapes, no compute) and checks most of the table's shapes.
 #
 # ## What T5 v1.1 changed
 #
 # nanoT5 (and this notebook) build **T5 v1.1** (`google/t5-v1_1-base`), not the T5 of the paper (v1.0,
 # `t5-base`): a gated-GELU feed-forward instead of ReLU, an untied LM head, no dropout in pre-training, and
-# C4 only as pre-training data; RMSNorm and the absence of biases are unchanged. The full comparison is a
+# C4 only as pre-training data (the list in Google's T5 repository, `released_checkpoints.md`, section t5.1.1); RMSNorm and the absence of biases are unchanged. The full comparison is a
 # table in the appendix.
 
 # %% [markdown]
@@ -351,6 +351,8 @@ test_eq(out[0, :, 2, 6], rpb.weight.detach()[relative_position_bucket(torch.tens
 # bias (relative positions + mask). `scaled_dot_product_attention` takes both: `scale=1.0` and the bias as a
 # float `attn_mask`: one call instead of a matmul → add → softmax → matmul chain (HF's T5 ran that chain until a
 # transformers 5.x release gave it SDPA too, with the bias as its mask, by default; which kernel runs is in the appendix).
+# The difference that remains: HF hands every layer's attention the position bias and the mask separately and adds
+# them there, while ours adds them once per stack and every layer reuses the sum.
 #
 # The module keeps HF's parameter names (`q`, `k`, `v`, `o`, `relative_attention_bias`). For generation it
 # returns its keys and values as a small named pair, `KV`, and can take cached ones back; a decoder block
@@ -471,8 +473,9 @@ test_close(ff(x), ref_ff(x), eps=1e-6)
 #
 # GPUs without bf16 (Colab's T4) train in fp16, whose largest number is 65,504. Under fp16 autocast every `nn.Linear`
 # runs in fp16, and `wo` is the layer to watch: in lesson [07](07_config.ipynb)'s fp16 measurement of the demo model
-# its outputs are the largest of any `Linear`, and HF's T5 also singles it out (its weights stay fp32 when loaded in fp16; transformers issue 20287). Once one of its outputs grows past fp16's range
-# it becomes `inf`, and the loss `nan`. HF's T5 guards the same place in its own ways: it keeps `wo`'s weights in
+# its peak |input| or |output| is the largest of any `Linear` (a simulated-fp16 run of a 1 + 1-layer model), and HF's T5 also singles it out (its weights stay fp32 when loaded in fp16; transformers issue 20287). Once one of its outputs grows past fp16's range
+# it becomes `inf`, and the loss `nan`. HF's T5 guards the same place in its own ways, both only for half-precision weights (under autocast with fp32
+# weights neither acts): it keeps `wo`'s weights in
 # fp32 when a model is loaded in fp16 (not bf16: `_keep_in_fp32_modules = ["wo"]` in `modeling_t5.py`, added for
 # flan-t5-xxl) and clamps fp16 hidden states that reach `inf`. Ours computes `wo` in fp32 under fp16 autocast (autocast
 # off for that one matmul); its output joins the residual stream, which is fp32 already. bf16 has fp32's range and
@@ -513,7 +516,7 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 #   the bias as an additive mask; it equals the textbook `softmax(q·kᵀ + bias)·v` and HF's `T5Attention` within
 #   1e-5.
 # - The feed-forward is `wo(gelu_tanh(wi_0 x) ⊙ wi_1 x)` without biases, equal to HF's within 1e-6. Under fp16
-#   autocast its `wo` runs in fp32 (HF keeps `wo`'s weights in fp32 when a model is loaded in fp16, and clamps): an output beyond 65,504 would otherwise become `inf`.
+#   autocast its `wo` runs in fp32 (HF keeps `wo`'s weights in fp32 when a model is loaded in fp16, and clamps fp16 hidden states; under autocast with fp32 weights neither acts): an output beyond 65,504 would otherwise become `inf`.
 #
 # ## Questions
 #
@@ -569,7 +572,7 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 # | biases | none in dense layers | none (unchanged) |
 # | layer norm | RMSNorm (scale only, no mean, no bias) | RMSNorm (unchanged) |
 # | pre-training data | C4 (the released `t5-base` checkpoint: C4 mixed with supervised tasks) | C4 only |
-# | shapes | Base: `d_model` 768, `d_ff` 3072 | larger `d_model`, fewer heads, smaller `d_ff` in the big sizes; Base keeps 768, `d_ff` 2048 |
+# | shapes | Base: `d_model` 768, `d_ff` 3072 | "a bit different" in Google's words (larger `d_model`, smaller `num_heads` and `d_ff`; not in every size); Base keeps 768, `d_ff` 2048 |
 #
 # The two rows marked unchanged are listed to show what v1.1 kept.
 #
@@ -578,7 +581,7 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 # additive mask, and its gradient). On CPU the flash-CPU kernel runs only where the mask needs no gradient (at
 # inference, and in cross-attention); in training the learned relative bias sends self-attention to the unfused
 # *math* path (matmul → add → softmax → matmul, half inputs upcast to fp32), as the profile below shows for torch on
-# CPU (the GPU dispatch is not profiled here: check it on your GPU with the cell below).
+# CPU (the GPU dispatch is not profiled here: check it on your GPU by creating the tensors of `sdpa_kernels` below on `cuda`).
 #
 # **The position bias after training.** The learned relative-position bias per head is only worth plotting
 # after training (at init it is noise of std `d_model^-½`); export a checkpoint from the CPU demo

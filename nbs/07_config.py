@@ -14,9 +14,9 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # A run of T5-Base costs a GPU-day; a typo found after an hour, or an out-of-memory error after the data is loaded, is
 # expensive. This lesson builds what lets you know a run before you launch it: one config tree whose presets read like
 # the command line and whose errors come before any compute ([08](08_real_runs.ipynb)'s `train` takes it), the FLOPs of
-# one step and the model FLOPs utilisation (MFU) they give, each checked against PyTorch's own count, and the memory of
-# a step by part, checked against what autograd saves. The appendix measures fp16 against bf16 and fp32 for GPUs
-# without bf16.
+# one step, checked against PyTorch's own count, and the model FLOPs utilisation (MFU) they give, and the memory of
+# a step by part, checked against what autograd saves. The appendix compares fp16 (simulated on the CPU) with bf16
+# and fp32, for GPUs without bf16.
 
 # %%
 #| default_exp config
@@ -240,7 +240,7 @@ test_fail(lambda: make_config("cpu-demo", ["train.total_step=5"]), contains="tra
 test_fail(lambda: make_config("gpt2"), contains="Unknown preset 'gpt2'")
 
 # %% [markdown]
-# Everything that can be checked without compute is checked first, so a typo costs a second, not an hour: `validate_config` checks the names of the optimizer and schedule, that the warmup fits in the run, that the batch divides into micro-batches and processes, that the GPU has bf16 if asked for it, and that a tracker is installed. Each error names the key and the fix (the function and its checks are hidden here: they are plumbing, not ideas).
+# Everything that can be checked without compute is checked first, so a typo costs a second, not an hour: `validate_config` checks the names of the optimizer and schedule, that the warmup fits in the run, that the batch divides into micro-batches and processes, that the GPU has bf16 if asked for it, and that a tracker is installed. Each error names the key, and most name a fix (the function and its checks are hidden here: they are plumbing, not ideas).
 
 # %%
 #| export
@@ -259,7 +259,7 @@ def validate_config(cfg: Config, world_size: int = 1):
     if o.scheduler not in SCHEDULES:
         raise ConfigError(f"optim.scheduler={o.scheduler!r} is unknown: choose one of {', '.join(SCHEDULES)}.")
     if not o.lr > 0:
-        raise ConfigError(f"optim.lr={o.lr} must be > 0.")
+        raise ConfigError(f"optim.lr={o.lr} must be > 0 (nanoT5 uses optim.lr=2e-2 with adamwscale).")
     if t.total_steps <= 0 or not 0 <= o.warmup_steps <= t.total_steps:
         raise ConfigError(f"Need 0 <= optim.warmup_steps ({o.warmup_steps}) <= train.total_steps ({t.total_steps}) "
                           "and total_steps > 0.")
@@ -276,9 +276,10 @@ def validate_config(cfg: Config, world_size: int = 1):
                           "preset) or train.precision=fp32.")
     if cfg.checkpoint.resume not in ("auto", "never"):
         raise ConfigError(f"checkpoint.resume={cfg.checkpoint.resume!r}: use auto or never.")
-    for section in (cfg.eval, cfg.checkpoint, cfg.logging):
+    for key, section in (("eval", cfg.eval), ("checkpoint", cfg.checkpoint), ("logging", cfg.logging)):
         if section.every_steps <= 0:
-            raise ConfigError(f"{type(section).__name__}.every_steps must be > 0.")
+            raise ConfigError(f"{key}.every_steps={section.every_steps} must be > 0: set it to a number of steps "
+                              f"(the default is {type(section)().every_steps}).")
     arch, objective = cfg.model.architecture, cfg.data.objective
     if (arch, objective) not in SETUPS:
         valid = "; ".join(f"model.architecture={a} data.objective={o}" for a, o in SETUPS)
@@ -298,6 +299,8 @@ test_fail(lambda: validate_config(make_config("cpu-demo", ["optim.warmup_steps=5
 test_fail(lambda: validate_config(make_config("cpu-demo", ["optim.batch_size=30", "optim.grad_acc=4"])), contains="must divide")
 test_fail(lambda: validate_config(make_config("cpu-demo", ["optim.name=lion"])), contains="optim.name='lion' is unknown")
 test_fail(lambda: validate_config(make_config("cpu-demo", ["train.precision=fp8"])), contains="use bf16, fp16 or fp32")
+test_fail(lambda: validate_config(make_config("cpu-demo", ["eval.every_steps=0"])), contains="eval.every_steps=0 must be > 0: set it")
+test_fail(lambda: validate_config(make_config("cpu-demo", ["optim.lr=0"])), contains="nanoT5 uses optim.lr=2e-2")
 validate_config(make_config("cpu-demo", ["train.precision=fp16"]))
 test_fail(lambda: validate_config(make_config("cpu-demo", ["data.objective=causal_lm"])), contains="Valid: model.architecture=")
 validate_config(make_config("cpu-demo", ["model.architecture=decoder-only", "data.objective=causal_lm"]))
@@ -342,8 +345,8 @@ print(f"T5-Base step: {nanot5_step / 1e12:.1f} TFLOP; nanoT5's 0.56 s/step on an
       f"{nanot5_step / 0.56 / 312e12:.1%} MFU")
 
 # %% [markdown]
-# MFU needs the device's peak: `peak_flops` looks the GPU up by its exact CUDA name in a table of dense bf16 peaks from
-# the vendors' spec sheets (`PEAK_TFLOPS`, hidden here), and `train.peak_tflops` overrides it for a device not in the
+# MFU needs the device's peak: `peak_flops` looks the GPU up by its exact CUDA name in a table of dense bf16 peaks (fp16 for
+# the T4 and V100, which have no bf16) from the vendors' published figures (`PEAK_TFLOPS`, hidden here), and `train.peak_tflops` overrides it for a device not in the
 # table.
 
 # %%
@@ -390,7 +393,9 @@ test_eq(peak_flops(torch.device("cpu")), None); test_eq(peak_flops(torch.device(
 
 # %% [markdown]
 # The formula counts by hand, so check it against PyTorch's own count: `FlopCounterMode` records the FLOPs of
-# every matmul and attention kernel that actually runs in a forward and backward pass of the model:
+# every matmul and attention kernel that actually runs in a forward and backward pass of the model (here attention
+# runs as plain matmuls, the math path that a learned bias takes on CPU, lesson [03](03_t5_layers.ipynb); a fused
+# attention kernel would go uncounted):
 
 # %%
 from torch.utils.flop_counter import FlopCounterMode
@@ -575,12 +580,14 @@ test_close(base_total / 2**30, 57, eps=1); test_close(base4_total / 2**30, 17, e
 # step measured, at micro-batch 32, peaked at 0.92× the estimate). Both measured peaks (allocated memory; the CUDA context and the
 # allocator's reserve add more) still fit the cards named above (24 GB, 80 GB), the 24 GB one with little room; `grad_acc=2` on a 40 GB card was not measured and has less room to spare. A run that still
 # runs out of memory stops with a `TrainingError` that names the micro-batch, this estimate and the `optim.grad_acc`
-# that fits (the appendix at the end of this lesson).
+# that the estimate says fits (the estimate ran low above, so leave room; the appendix "an out-of-memory error that
+# names the fix").
 
 # %% [markdown]
 # Every preset at once: the memory of one step on a GPU (`estimate_memory`) and the time of the run (`estimate_time`)
-# on one A100 (the 40 GB and 80 GB cards share the peak; presets estimated above 40 GiB need the 80 GB one) at an assumed 30% MFU (about what our count gives for nanoT5's step time, above). Estimates from
-# the formulas above, not measurements:
+# on one A100 (the 40 GB and 80 GB cards share the peak; presets estimated above 40 GiB need the 80 GB one) at an assumed 30% MFU (about what our count gives for nanoT5's step time, above; this package's own uncompiled bf16
+# steps measured 12.1–16.2% on an H200, `benchmarks/results/h200_2026-12-04/gpu_check.log`, so for this code read the
+# hours as a lower bound). Estimates from the formulas above, not measurements:
 
 # %%
 a100 = PEAK_TFLOPS["NVIDIA A100-SXM4-40GB"]  # dense bf16 TFLOP/s, from the table above
@@ -608,7 +615,7 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 # - A step's memory is weights (4 bytes per parameter), gradients (4), AdamW's moments (8), 16-bit weight copies (2),
 #   and activations and logits, which grow with the micro-batch × tokens × layers.
 # - The `t5-base` micro-batch of 128 needs about 57 GiB by the estimate; `optim.grad_acc=4` gives the same optimizer step
-#   in about 17 GiB.
+#   in about 17 GiB by the estimate (19.6 GiB measured on an H200).
 # - (Appendix) fp16 needs loss scaling; the demo model, with fp32 master weights and residual stream, stays far below
 #   fp16's largest number in its `Linear` layers (attention's products not measured).
 #
@@ -666,7 +673,7 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 # whose `wo` runs in fp32; it does not round attention's products, which real fp16 autocast computes in fp16, so there it
 # is more lenient. The real fp16 autocast it is compared with runs the guarded path.)
 #
-# Most CPUs have no fp16 matmul units (fp16 matmuls run far slower than bf16 there), so we *simulate* fp16 autocast
+# A CPU's fp16 autocast is not a GPU's (CPUs differ in fp16 support; not measured here), so we *simulate* fp16 autocast
 # in fp32 arithmetic: every `Linear` rounds its input, its weight and its output to fp16 and back, in the forward
 # pass and for the gradients in the backward pass, so values above 65,504 become inf and tiny gradients zero, as on
 # a GPU. First, the simulation against real fp16 autocast on one small batch of the demo model (at its initial weights). On these values the two agree to within
@@ -880,7 +887,7 @@ for r in sorted(sweep, key=lambda r: (r["budget_s"], -r["encoder_gain"])):
 #   and targets) and no higher gain; a 2,000-piece vocabulary gives a lower loss per token (not comparable either) and
 #   no higher gain.
 # - **`torch.compile` does not pay on CPU** here: measured through the real loop on the chosen recipe
-#   (`experiments/compile_pays.sh`, `results/compile_cpu.json`), compiled steps are 1.02× faster and the 500-step
+#   (`experiments/compile_pays.sh`, `results/compile_cpu.json`), compiled steps are no faster within the noise of one pair of runs (1.02×), and the 500-step
 #   run takes 124 s instead of 98 s, compilation included.
 #
 # No recipe comes near the goal this earlier sweep had set, an encoder gain of 0.5 nats (before the split into
