@@ -66,7 +66,7 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 #
 # small weights move by a large fraction of themselves. T5-Base's tensors at init, with the fraction plain AdamW
 # moves each by in a first step taken at lr 2e-2 (`lr / RMS(θ)`; 2e-2 is nanoT5's peak lr, and its warmup starts at half
-# that, so nanoT5's own first step moves half as much):
+# that, so a plain-AdamW run on nanoT5's schedule would take a first step half as large):
 
 # %%
 def kind(name):
@@ -121,7 +121,7 @@ print(f"m̂/√v̂ after 10,000 zero gradients and one of 1: {adam_ratio([0.0] *
 # 16, inputs of 128 tokens, cosine schedule (built below, in "Learning-rate schedules": its warmup, over the first 15% of
 # steps, starts at half the peak lr), gradient clipping at 1.0, bf16 autocast, 200 steps, seed 0 — and record `|Δθ| / (lr·|θ|)` for
 # every tensor at every step (lr: that step's scheduled lr): 1 means the tensor moved by lr of its own size. Plain
-# AdamW ran at lr 1e-3, the lowest loss of a one-seed sweep of 3 rates (1e-3, 3e-3, 1e-2; 1e-3 and 3e-3 not separated) that lesson [05c](05c_optimizer_grid.ipynb) tries — the lowest rate tried, so a smaller one, not tried, might do better;
+# AdamW ran at lr 1e-3, the lowest loss of a one-seed sweep (of 300-step runs) of 3 rates (1e-3, 3e-3, 1e-2; 1e-3 and 3e-3 not separated) that lesson [05c](05c_optimizer_grid.ipynb) tries — the lowest rate tried, so a smaller one, not tried, might do better;
 # the runs were made, and saved, by a slow cell of 05c with its training loop. Here we read the saved numbers:
 
 # %%
@@ -170,7 +170,8 @@ test_eq(late["adamw"].max() / late["adamw"].min() > 50, True)
 # RMS of 0.011 in this model, the init std printed in lesson 03b), the other matrices and the bias tables by
 # 12.7–31.7 × lr, the norms by 1 × lr and the embedding by 0.3 × lr (only the rows of tokens in the batch get a
 # gradient). Training does not close the gap: over the last 50 steps the tensors of this small model span 0.175–16.9 × lr, a factor of
-# 96.3 (the embedding sets the low end: only a batch's rows get a gradient). One learning rate cannot suit both ends: whatever lr moves the norms by a useful fraction of themselves moves
+# 96.3 (the embedding sets the low end, just below the norms: tensors of RMS ≈ 1 move least, the small
+# `q` matrices most). A single learning rate gives these tensors very different fractional steps: whatever lr moves the norms by a useful fraction of themselves moves
 # `q` by about 90 times that fraction at step 1, and still tens of times late in the run (the plot above;
 # `results/relative_updates.json` holds every step).
 
@@ -442,8 +443,8 @@ widgets.interactive(plot_cosine, lr=widgets.FloatLogSlider(2e-2, base=10, min=-4
 # ### `foreach`: the same update in a few multi-tensor ops
 #
 # The loop above launches several small operations per tensor. `torch._foreach_*` ops apply one operation to a
-# list of tensors at once, and every per-tensor number (α included) stays on the device, so the CPU never waits
-# for a value to come back from a GPU. This is the default (`foreach=True`):
+# list of tensors at once: fewer, larger launches. Like the loop, it keeps each tensor's α on the device, so the CPU
+# never waits for a value to come back from a GPU. This is the default (`foreach=True`):
 
 # %%
 #| export
@@ -577,7 +578,7 @@ test_fail(lambda: get_optimizer("adamwscale", m.parameters(), 0), contains="must
 #   gradient after a long run of zeros), whatever the weight's size. So a tensor moves by `lr · RMS(m̂/√v̂) / RMS(θ)` of itself.
 # - T5's tensors differ in RMS by two orders of magnitude at init (`q` smallest); under plain AdamW the fractional
 #   steps of the small model trained here still differed by a factor of 96.3 over the last 50 of 200 steps (the
-#   embedding at the low end).
+#   embedding, of RMS ≈ 1, at the low end).
 # - AdamWScale scales each tensor's step by `max(1e-3, RMS(θ))`, as Adafactor does: the fractions then agreed
 #   within a factor of 2.5 over the last 50 steps, and no tensor moved by more than lr of itself in a step.
 # - Check an optimizer against a hand computation in plain floats, and against a library where the two must agree.
