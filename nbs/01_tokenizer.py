@@ -19,8 +19,8 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 #
 # **What you will build**: `train_tokenizer` (an 8,000-piece unigram vocabulary of the speeches, the same
 # bytes on every retrain), `load_tokenizer` (ours, a T5 directory or a hub name), the batch `encode_batch` the
-# pre-training data pipeline uses (02b onward), and `sentinel_ids`. On the way you will compare unigram with BPE, measure what a piece
-# costs (≈ 1.2 per word) and decide the demo's vocabulary size.
+# pre-training data pipeline uses (02b onward), and `sentinel_ids`. On the way you will compare unigram with BPE, measure what a word
+# costs (≈ 1.2 pieces) and decide the demo's vocabulary size.
 
 # %%
 #| default_exp tokenizer
@@ -204,7 +204,7 @@ sorted(p.name for p in (tmp / "unigram").iterdir())
 # Same corpus, same vocabulary size. Both learn whole words for frequent words; they differ on rarer words.
 # Neither knows any linguistics: each keeps the pieces that compress *this* corpus. Sometimes unigram's split
 # happens to fall on a morpheme boundary (`▁reestablish ment` where BPE has `▁reestabl ishment`); sometimes
-# it shatters a word that is rare in two centuries of speeches (`cybersecurity` into seven pieces, where
+# it shatters a word the training speeches never use (`cybersecurity` into seven pieces, where
 # BPE keeps four). A lone `▁` (as in `▁ unconstitutional ly`) is the word-start marker as a piece of its own:
 # the vocabulary has `unconstitutional` only as a word-internal piece, so the marker is spelt separately.
 # (`transformers`' T5 tokenizer builds a unigram model from any `spiece.model`: on a BPE model it keeps the pieces
@@ -238,7 +238,7 @@ assert 1.0 < per_word["unigram"] < 1.6 and 1.0 < per_word["bpe"] < 1.6
 # documents in Rust; taking only each encoding's ids, we never copy a mask into Python. Our `encode_batch` below wraps
 # it (falling back to the library's plain `encode_batch` on older versions) and is what the pre-training data pipeline
 # uses from 02b on. It is not the fastest way to tokenize: plain `sentencepiece`, one document at a time, is faster
-# still on 2 cores (`benchmarks/tokenizer.py` measures both; the summary below). We use it because its ids are the
+# still on 2 cores (`benchmarks/tokenizer.py` measures both). We use it because its ids are the
 # `transformers` tokenizer's, the one fine-tuning and the exported model use.
 
 # %%
@@ -322,7 +322,7 @@ assert 3_500 < rows_per_epoch < 4_500
 # %% [markdown]
 # One pass over the speeches is about 30 steps of 128 rows of 568 tokens (lesson 05's CPU demo takes shorter rows,
 # 16 a step, so a pass is many more of its steps); nanoT5 sees over 2,000 times more text, every
-# row new. So a CPU run on this corpus learns what is frequent *within* it — function words, the
+# row new. So a CPU run on this corpus can at best learn what is frequent *within* it — function words, the
 # spelling of common words, the set phrases of addresses to Congress ("the state of the Union", "fellow
 # citizens") and local grammar — and, run for many epochs, could start to memorise the speeches themselves
 # instead of generalising. It can learn no facts beyond what the speeches repeat, and little about rare words. That is
@@ -359,8 +359,7 @@ test_eq(round(2 * 32_128 * 256 / 1e6, 1), 16.4)                     # the embedd
 # %% [markdown]
 # ## The real T5 vocabulary
 #
-# T5's own vocabulary is on the Hugging Face hub: `google/t5-v1_1-base` (the same `spiece.model` as `t5-base`
-# and flan-t5; 32,000 pieces, 100 sentinels on top). `load_tokenizer` takes the hub name like a directory.
+# T5's own vocabulary is on the Hugging Face hub: `google/t5-v1_1-base` (the same `spiece.model` as `t5-base`; 32,000 pieces, 100 sentinels on top). `load_tokenizer` takes the hub name like a directory.
 # Our loader must give exactly the ids of `transformers`' own T5 tokenizer on awkward text — whitespace runs,
 # unicode, digits, newlines — and the known ids. In transformers 5 that tokenizer is one class, `T5Tokenizer`, backed
 # by the Rust `tokenizers` library (`T5TokenizerFast` is the same class), and our loader goes through it too, so that
@@ -483,15 +482,15 @@ test_fail(lambda: sentinel_ids(load_tokenizer(tmp / "no_sentinels"), 100), conta
 #   nearly, not exactly, the ids training sees.
 # - `encode_batch` is the batch path of the `transformers` tokenizer (no offsets, no masks, Rust in parallel) for
 #   tokenizing a corpus; plain `sentencepiece` per document is faster still on 2 cores (`benchmarks/tokenizer.py`).
-# - The speeches are 2.2M tokens, ≈ 3,900 rows of 568: about 30 steps of 128 rows. A model trained on them
-#   learns what is frequent within them, not general facts about the world.
+# - The training speeches are 2.2M tokens, ≈ 3,900 rows of 568: about 30 steps of 128 rows. A model trained on them
+#   can at best learn what is frequent within them, not general facts about the world (05b shows what the demo learned).
 # - For a small model the vocabulary is the largest single cost (embedding + untied head = `2·V·d_model`),
 #   so the demo uses 8,000 pieces (+ 100 sentinels, padded to 8,192).
 #
 # ## Questions
 #
 # 1. Why not give the model whole words (with an `<unk>` id for the rest) or single characters? Use the
-#    out-of-vocabulary shares and the characters per word the first cell prints in your answer.
+#    out-of-vocabulary shares and the characters per word the first cell of "Why subwords" prints in your answer.
 # 2. **Predict, then run** the unigram-vs-BPE cell: which model cuts "cybersecurity" into more pieces, and
 #    why can a vocabulary trained on speeches from 1790–2026 not keep it whole?
 # 3. "unconstitutionally" starts with a lone `▁` under unigram. What does that piece mean, and what does it

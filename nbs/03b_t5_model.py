@@ -431,7 +431,7 @@ class T5(nn.Module):
 with torch.device("meta"):
     counts = {name: T5(get_config(name)).num_parameters() for name in MODEL_PRESETS}
 test_eq(counts["t5-v1_1-base"], 247_577_856)
-test_eq(counts["tiny"], 13_637_632)  # 2·8192·256 + 4 encoder + 4 decoder blocks
+test_eq(counts["tiny"], 13_637_632)  # 2·8192·256 + 4 encoder + 4 decoder blocks + 2 bias tables + 2 final norms
 counts
 
 # %% [markdown]
@@ -586,7 +586,8 @@ for cfg in test_configs:
 # %% [markdown]
 # `top_k=k` samples each token among the *k* most likely instead of taking the best one (more varied text,
 # e.g. for filling blanks in [05b_what_it_learned](05b_what_it_learned.ipynb)). With `top_k=1` it is greedy decoding again, and a seeded generator makes a
-# sample repeatable:
+# sample repeatable (checked below on the last model of the loop above, the tied-head one, whose greedy output is
+# all one token: a narrow check of the first claim):
 
 # %%
 sampled = ours.generate(ids, 12, attention_mask=am, top_k=1, generator=torch.Generator().manual_seed(0))
@@ -615,7 +616,7 @@ assert initial[True] < math.log(8192) + 1 < initial[False]
 # %% [markdown]
 # Why so far off? The decoder's last RMSNorm leaves hidden states of RMS ≈ 1, so a vector of norm ≈ √d_model.
 # Each logit is its dot product with one head row; with std-1 rows the logits have std ≈ √d_model (16 for
-# tiny, 27.7 for Base: printed above the figure), the softmax is nearly one-hot on a random token, and the loss on
+# tiny, 27.7 for Base: printed with the figure), the softmax is nearly one-hot on a random token, and the loss on
 # the right token is many times `ln V` — and more so the wider the model: about 7× for tiny and about 10× for Base. Rows of std `d_model^-½` give logits of std ≈ 1 and a loss just above `ln V`. The head is
 # the only difference, so below one set of decoder outputs per model meets both heads:
 
@@ -677,7 +678,7 @@ assert all(1 <= measured[n]["fixed, d_model^-½"][1] < 1.1 for n in measured)   
 #   RMSNorm.
 # - A stack computes block 0's position bias once, replaces its masked entries (padding, or the causal future) with a
 #   large negative value and hands the result to every block; cross-attention gets only the encoder's padding mask.
-# - The init sets each weight matrix's std from its fan-in (embeddings 1, the position-bias table `d_model^-½`) and
+# - The init sets each weight matrix's std from its fan-in, except the embedding (1), the position-bias table (`d_model^-½`) and HF's untied head (1), and
 #   puts attention's `1/√d_kv` into `q`. HF's std-1 untied LM
 #   head starts the loss at ≈ 7× ln V for `tiny` and ≈ 10× for Base; `d_model^-½` starts it just above ln V.
 # - With the same weights and inputs, our whole models give HF's logits and gradients within 1e-4, the state

@@ -110,7 +110,7 @@ assert np.mean(losses[-10:]) < losses[0] - 2                        # it learns:
 # float with fp32's exponent range and 8 significant bits, 7 of them stored): half the memory traffic, and on a GPU its tensor
 # cores. The weights, their gradients and the optimizer state stay fp32 (the "master weights"), so updates far
 # smaller than a weight are not rounded away, and because bf16 has fp32's range no loss scaling is needed (fp16
-# would need it: lesson [07](07_config.ipynb)'s appendix on fp16). On one batch, the loss moves, but only in its fourth decimal, far less than one bf16 rounding step of a number near 5 (over a whole run the two precisions' weights drift apart, so this checks one step, not a run):
+# would need it: lesson [07](07_config.ipynb)'s appendix on fp16). On one batch, the loss moves, but only in its fourth decimal, far less than one bf16 rounding step of a number near 5 (over a whole run the two precisions' weights drift apart, so this checks one forward pass's loss, not a run):
 
 # %%
 batch = collate(rows[:16])
@@ -155,7 +155,7 @@ for a, b in zip(whole, accumulated):
 # Held-out loss and token accuracy on fixed validation rows (their own seeded corruption, so every
 # evaluation sees the same masks), plus a few greedy samples to read. And a baseline to beat: a model
 # that knows only *how often each token appears at each target position* (sentinels and EOS sit at
-# predictable places) — the per-position unigram cross-entropy. The plain unigram cross-entropy (one distribution for every position, fitted on training targets) is a weaker bar: the
+# predictable places), each position's counts smoothed toward the overall unigram — the per-position unigram cross-entropy. The plain unigram cross-entropy (one distribution for every position, fitted on training targets) is a weaker bar: the
 # demo run's training loss is below it (5.905, measured below) by step 100 (`results/demo_run.json`).
 #
 # Beating those baselines is not the same as learning span corruption. A decoder alone can learn a language
@@ -168,8 +168,9 @@ for a, b in zip(whole, accumulated):
 # - (a) the row's **own** input;
 # - (b) the input of **another passage of the same document** (the next packed row of that document, or the
 #   previous one for its last row): it says which document, and what the neighbouring text is about, but not (except
-#   just across the row's edge) what stood around these blanks (so `document_gain` below includes the local topic, and `span_gain` probably understates
-#   reading a blank's own context);
+#   just across the row's edge) what stood around these blanks (so `document_gain` below includes the local topic, which would make `span_gain` understate reading a blank's own
+#   context — while (b)'s other words and sentinel positions can also mislead the model, which would inflate it; the
+#   net bias is not measured);
 # - (c) the input of a row of **another document**.
 #
 # and the differences, in nats per target token, are
@@ -202,7 +203,7 @@ for a, b in zip(whole, accumulated):
 # the appendix's table). Those are not free of the input: a sentinel or EOS ends a span, and the model never sees the
 # mask, only its own input, which shows where the text resumes after each sentinel — so the input can help predict
 # where each span ends too. An untrained model shows what noise alone gives: about a hundredth of a nat for the small
-# untrained model of the check below on 128 rows; the demo model itself, untrained, gives −0.001 [−0.005, 0.003] on
+# untrained model of the check below on 128 rows; the demo model itself, untrained, gives a `span_gain` of −0.001 [−0.005, 0.003] on
 # its 512 evaluation rows (its step-0 evaluation, `results/demo_run.json`); the intervals say how far a number is from zero. A gain of `g` nats per
 # token means the input makes the target tokens `exp(g)` times likelier, in geometric mean. (To see the gains split
 # by kind of target token, sentinels and EOS apart from span tokens, use `gain_by_token_kind` in the appendix at the
@@ -479,12 +480,12 @@ test_fail(lambda: fill_in(stub, fill_tok, "word " * 200 + "<extra_id_0>", max_in
 # ## The CPU demo
 #
 # The README's main command, `nanot5-edu pretrain`, runs exactly this: the `cpu-demo` preset, the recipe with the highest
-# encoder gain in an earlier one-seed sweep of 15 short runs at an equal time budget (within a hundredth of the next) (lesson [07](07_config.ipynb)'s appendix on how the `cpu-demo` preset was chosen shows it; the script:
+# encoder gain in an earlier one-seed sweep of 15 short runs at an equal time budget (the unsplit gain, (c) − (a); within a hundredth of the next, so not separated from it) (lesson [07](07_config.ipynb)'s appendix on how the `cpu-demo` preset was chosen shows it; the script:
 # [experiments/demo_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/demo_sweep.py)). The
 # `tiny` model is cut to **1 encoder + 1 decoder layer** (`d_model=256`, 8 heads, gated-GELU `d_ff=1024`,
 # `vocab_size=8192`: 6.6M parameters). Each row is 141 raw tokens, corrupted into 128 encoder and 29 target tokens;
 # batch 16; 3,000 steps of AdamWScale at lr 4e-2 with nanoT5's cosine schedule (100 warmup steps); bf16 autocast; an
-# evaluation every `eval.every_steps=250` steps. On a CPU its 3,000 training steps take minutes, not hours, at the 186 ms a step timed below (`results/span_sweep_calibration.json`; evaluations add to that). The bars to clear: the per-position unigram baseline for the loss (a model that knows only how often each
+# evaluation every `eval.every_steps=250` steps. On a CPU its 3,000 training steps take minutes, not hours, at the 186 ms a step of the model timed below (`results/span_sweep_calibration.json`; data preparation and evaluations add to that). The bars to clear: the per-position unigram baseline for the loss (a model that knows only how often each
 # token appears at each target position; the plain unigram cross-entropy is easier still), and — for span filling — a `span_gain`
 # well above what an untrained model shows from noise alone (the demo model at step 0 of its run: −0.001
 # [−0.005, 0.003] on its 512 evaluation rows).
@@ -513,10 +514,11 @@ Image(filename=demo["loss_plot"])
 # `nanot5-edu pretrain`) and read its logged evaluations back from its `metrics.jsonl` (nothing was trained or
 # evaluated again; the baselines, the export and the plot were recomputed), which is why it printed "resumed … at
 # step 3000"; run in a fresh
-# folder, the cell trains. Timing: no whole run of this recipe recorded its wall-clock time on an idle machine. The copy of
-# the run in `results/demo_run.json` (the same numbers) logged 142 ms to 5,436 ms a step while it shared the machine with other
-# jobs, so those are not a timing of the recipe; lesson 05b's recipe screen timed this recipe's training step alone
-# (evaluation left out) on 2 threads of a machine kept quiet for timing at 186 ms (`results/span_sweep_calibration.json`). Held-out loss 9.441 at the first evaluation → **4.324** after 3,000 steps, far below the per-position
+# folder, the cell trains. Timing: no whole run of this recipe recorded its wall-clock time on an idle machine. A saved run of
+# the same recipe, `results/demo_run.json` (its folder `runs/cpu-demo`; identical evaluations), logged 142 ms to 5,436 ms
+# a step, a spread that suggests a shared machine (its load was not recorded), so those are not a timing of the recipe;
+# lesson 05b's recipe screen timed the model's step on a fixed batch (forward, backward, clipping, optimizer: no data
+# preparation, no evaluation) on 2 threads at 186 ms (`results/span_sweep_calibration.json`). Held-out loss 9.441 at the first evaluation → **4.324** after 3,000 steps, far below the per-position
 # unigram baseline (5.547) and the plain unigram cross-entropy (5.905); token accuracy 31.3%. On 512 held-out rows of 24 speeches:
 #
 # | | nats | 95% interval (bootstrap over speeches) |
@@ -526,10 +528,10 @@ Image(filename=demo["loss_plot"])
 # | `document_gain` = (c) − (b): which speech | **0.171** | [0.144, 0.210] |
 #
 # So most of what the encoder's input is worth to this model is knowing **which speech** it is reading, and what the
-# neighbouring passage is about; reading the words around each blank is worth 0.027 nats [0.022, 0.032] (probably an
-# underestimate, since (b) carries the local topic), small but clear of zero (and above the demo's own untrained step-0 value on the same rows, −0.001 [−0.005, 0.003] in
+# neighbouring passage is about; reading the words around each blank is worth 0.027 nats [0.022, 0.032] (how (b)'s local topic and its misleading words
+# balance out is not measured), small but clear of zero (and above the demo's own untrained step-0 value on the same rows, −0.001 [−0.005, 0.003] in
 # `results/demo_run.json`). These intervals are for this one trained model: they cover which speeches were evaluated,
-# not training again with another seed, and lesson [05b](05b_what_it_learned.ipynb) finds that seeds vary more. During the run (`results/demo_run.json`) `document_gain` rose fast and early
+# not training again with another seed, and in lesson [05b](05b_what_it_learned.ipynb)'s 1,610-step runs of this recipe, seeds vary more than these intervals. During the run (`results/demo_run.json`) `document_gain` rose fast and early
 # (0.068 at step 750, 0.118 at 1,000) while `span_gain` crept (0.007 at 750, 0.012 at 1,000, 0.018 at 1,500, 0.027 at
 # 3,000). Of the goal we set, the held-out loss (≤ 4.5) is met; `span_gain` ≥ 0.1 is not.
 #
@@ -553,7 +555,7 @@ Image(filename=demo["loss_plot"])
 # - Pre-training is a dozen lines: draw rows, corrupt spans, forward, backward, clip the global gradient norm, step,
 #   move the learning rate; on the demo model the loss falls by more than 2 nats in 60 steps.
 # - bf16 autocast runs the matmuls in 16 bits while the weights, gradients and optimizer state stay fp32; the loss
-#   moves on one batch far less than one bf16 rounding step (one step checked, not a whole run).
+#   moves on one batch far less than one bf16 rounding step (one forward pass checked, not a whole run).
 # - Gradient accumulation gives exactly the big batch's gradient when each micro-batch's loss is scaled by
 #   `1/grad_acc` and every micro-batch has the same number of target tokens.
 # - A falling loss shows learning but not what was learned: the held-out loss has to beat the unigram and the
@@ -561,7 +563,7 @@ Image(filename=demo["loss_plot"])
 # - What the encoder's input is worth is measured by scoring each held-out target three times: `span_gain` = (b) − (a)
 #   is reading the words around the blank, `document_gain` = (c) − (b) is knowing the document and the neighbouring passage's topic (both measured against
 #   a wrong speech's input), and `encoder_gain` = (c) − (a) is their sum; the interval is a bootstrap over the evaluated
-#   documents, for one trained model, and `span_gain` is probably a lower bound on reading the context.
+#   documents, for one trained model; (b)'s local topic and its misleading words bias `span_gain` in opposite directions.
 # - `fill_in` and `generate_spans` read what the model writes: its output has a training target's shape, split at the
 #   sentinels.
 # - The CPU demo (3,000 steps, minutes on a CPU) ends far below both baselines with an encoder gain of
