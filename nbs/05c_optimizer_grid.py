@@ -1,6 +1,6 @@
 # %% [markdown]
 # # The optimizer grid: nanoT5's comparison at a CPU's scale
-# > Adafactor and AdamWScale under two schedules and plain AdamW under cosine, 3 seeds each, 300 steps on a CPU: what a fair comparison needs, what the saved grid shows, and why this scale cannot test nanoT5's ranking
+# > Adafactor and AdamWScale under two schedules and plain AdamW under cosine, 3 seeds per compared setting, 300 steps on a CPU: what a fair comparison needs, what the saved grid shows, and why this scale cannot test nanoT5's ranking
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -69,7 +69,7 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # **a schedule that decays** within 300 steps (`inverse_sqrt` with its knee at 15% of the run, like nanoT5's 10⁴
 # of 65,536 — it holds the peak lr from step 0, without cosine's warmup from half the peak, so the two schedules
 # differ in more than their decay; nanoT5's inverse-sqrt runs used T5's legacy schedule, whose peak, 1e-2, ignores the base lr); **one peak
-# lr** (4e-2) for Adafactor and AdamWScale under both schedules, as nanoT5 gives both one rate (a protocol, not a
+# lr** (4e-2) for Adafactor and AdamWScale under both schedules, as nanoT5's default config gives both optimizers one base lr (its README does not list an lr per cell; a protocol, not a
 # guarantee of fairness: the rate was tuned for AdamWScale, see below; and since nanoT5's schedule columns also differ
 # in peak lr, 1e-2 against 2e-2, this grid's schedule comparison is not nanoT5's experiment); and **plain AdamW at its own
 # best lr** (a 3-point sweep, then 3 seeds), or "AdamW is worse" only says "4e-2 is too large for AdamW". The
@@ -280,8 +280,8 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 # - **No run fills spans yet, beyond a trace**: the mean `span_gain` is at most 0.004 nats (single runs at most
 #   0.007). Adafactor's runs are above the untrained models at step 0 (−0.001 to 0.001 for the grid's three inits;
 #   −0.013 for HF's std-1 head, whose step-0 loss is 61.6), and all six of them (three seeds, each under both
-#   schedules) are positive, but by a few thousandths of a nat; AdamWScale's and plain AdamW's cannot be told apart
-#   from the step-0 range. Adafactor's runs have begun to use
+#   schedules) are positive, but by a few thousandths of a nat; AdamWScale's mean is inside the step-0 range (two of
+#   its six runs, seed 0's, end about as far above it as Adafactor's lowest), and plain AdamW's runs stay inside it. Adafactor's runs have begun to use
 #   *which speech* a row is from (`document_gain` 0.034–0.042; AdamWScale 0.007–0.009, its seeds 0.001–0.018;
 #   plain AdamW ≤ 0.002). The last column, the loss when every row is decoded from another speech's passage, is the
 #   loss with a wrong speech's input (held-out loss + the two gains, exactly): there the four Adafactor and AdamWScale settings are
@@ -290,7 +290,7 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 #   wrong one). None of this can test nanoT5's claim, about the end of runs ≈ 4.6 × 10⁵ times bigger.
 # - **Adafactor is ahead of AdamWScale** under both schedules (4.959 ± 0.008 and 4.983 ± 0.007 against
 #   5.012 ± 0.017 and 5.021 ± 0.019), at one lr, picked for AdamWScale in lesson 07's demo sweep (one seed per rate, a fixed time budget: 868
-#   steps at 4e-2, more than these 300; by encoder gain; 8e-2 broke the run there) and never for Adafactor. A hypothesis, not tested (this grid
+#   steps at 4e-2, more than these 300; by encoder gain; 8e-2 trained there but never used the encoder) and never for Adafactor. A hypothesis, not tested (this grid
 #   does not sweep AdamWScale's lr): at the same lr, lesson 04's measurement has Adafactor move its tensors by 0.72–0.99 × lr per step
 #   and AdamWScale by 0.13–0.32 × lr (each tensor's mean over the last 50 steps), so AdamWScale at a larger lr might
 #   close the gap. nanoT5's table, at 65,536 steps, has AdamWScale ahead only under cosine (1.953 against 1.993);
@@ -301,7 +301,7 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 #   sweep: 5.158 ± 0.006; one seed of 3e-3, 5.165, ended about one seed sd above the same seed at 1e-3: not separated) it is still 0.137 nats or more behind all
 #   four.
 # - **No divergence**: plain AdamW at nanoT5's default 2e-2 stayed finite without gradient clipping (5.479), and with HF's
-#   std-1 LM head too (5.804). At 6.6M parameters and 300 steps we could not reproduce nanoT5's divergence.
+#   std-1 LM head too (5.804; one seed each, and the std-1-head run still ends above the per-position unigram baseline). At 6.6M parameters and 300 steps we could not reproduce nanoT5's divergence.
 
 # %% [markdown]
 # ## What you learned
@@ -356,7 +356,7 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 #    Adafactor's 4.96 (inverse-sqrt, seed 0), and where does it get worse?
 # 2. **The problem, live**: `run("adamw", "cosine", 4e-2, 100, eval_every=20, updates=(u := []))`, then plot
 #    `np.array(u)` per tensor (in units of each step's lr, so a tensor moves by more than its own size when the value
-#    exceeds 1/lr). Which tensors move by more than their own size in a step, and does the held-out loss recover?
+#    exceeds 1/(that step's lr), a threshold that rises as the lr decays). Which tensors move by more than their own size in a step, and does the held-out loss recover?
 # 3. **Ablate the scaling**: subclass `AdamWScale` (`from nanot5_edu.optim import AdamWScale`) with
 #    `rms = staticmethod(lambda p: torch.ones(()))`, build it with `foreach=False` inside a copy of `run`, and train
 #    300 steps at 4e-2 and at 1e-3. Look for held-out losses near plain AdamW's rows at the same lr.
