@@ -147,7 +147,7 @@ print(f"state after 5 batches: epoch {state['epoch']}, position {state['position
 # ## Streamed corpora: why a GPU needs data workers
 #
 # C4 does not fit in memory, so it is read as a stream and tokenized, packed and corrupted on the way. How
-# fast must that be? A T5-Base step at T5's batch of 128 rows of 568 raw tokens (span corruption turns each into 512
+# fast must that be? A T5-Base step at nanoT5's batch of 128 rows of 568 raw tokens (span corruption turns each into 512
 # encoder and 114 target tokens: [02](02_span_corruption.ipynb); the batch of nanoT5's published runs)
 # is 54.5 TFLOP (`flops_per_step`, counted in
 # [07](07_config.ipynb)); an H200 (989
@@ -189,11 +189,14 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # the machine's load: 0.30M raw tokens/s for the whole pipeline in the saved output above) against the 660k needed at
 # 50% MFU; and the training process has other work too (launching kernels, logging, checkpoints). At 50% MFU, fed by
 # the training process itself, this GPU would wait for text for part of every step, and a faster GPU or a better MFU
-# would make it worse (a lower MFU needs proportionally fewer tokens per second: at the MFU the course measured, about
-# a third of the rate, which one process's printed pipeline speed would roughly cover if the trainer had no CPU work
-# of its own). So, like nanoT5, the text is prepared in
-# `torch.utils.data.DataLoader` **worker processes** (processes, not threads: the packing and corruption are Python
-# code, which Python's global interpreter lock would run one thread at a time; the Rust tokenizer releases it), one core each, a few batches ahead; the training process
+# would make it worse (a lower MFU needs proportionally fewer tokens per second: at the MFU the course measured, a quarter
+# to a third of the rate, which one process's printed pipeline speed would roughly cover if the trainer had no CPU work
+# of its own; roughly, since the 660k counts tokens of T5's vocabulary and the speeds below count the demo's on
+# speeches). So, like nanoT5, the text is prepared in
+# `torch.utils.data.DataLoader` **worker processes** (processes, not threads: the packing, the conversion of rows to tensors and
+# `datasets`' row-by-row iteration are Python code, which Python's global interpreter lock would run one thread at a
+# time, and the corruption's small torch operations are mostly Python overhead at these sizes; the Rust tokenizer
+# releases the lock; threads against processes is not measured here), one core each, ahead of the trainer (how far: below); the training process
 # only receives finished batches. `data.num_workers` sets how many: by default the cores left per process, at
 # most 8, nanoT5's number (`data.num_workers` in nanoT5's `configs/default.yaml`). If each worker has a core of its
 # own, their speeds should add up (on the 2-core benchmark machine, 2 workers streamed 1.96× the tokens per second of the
@@ -482,13 +485,14 @@ def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, mi
 # - Each process of a run takes its own slice of every global batch, drawn from one seeded permutation per epoch:
 #   disjoint rows with no communication.
 # - T5-Base on an H200 at 50% MFU consumes about 660k raw tokens per second; one process prepared text more slowly
-#   than that here, so a streamed corpus is prepared in `DataLoader` worker processes (processes, because of the GIL).
+#   than that here, so a streamed corpus is prepared in `DataLoader` worker processes (processes, because much of the preparation is Python code under the GIL).
 # - `datasets`' streams resume from a position (shard, example), and torchdata's `StatefulDataLoader` collects it from
 #   every worker.
 # - A rolling shuffle buffer loses its contents on resume; a block shuffle seeded by the block's position does not,
 #   and costs at most one block (and one packing group of 1,000 documents) of re-reading.
-# - Each worker keeps a whole block's batches ready, so building the next block overlaps training (not all the wait
-#   goes: `stream_stalls.log`).
+# - Each worker keeps a whole block's batches ready, meant to let it build the next block while training uses the
+#   current one; measured once per setting (`benchmarks/results/cpu_2026-12-05/stream_stalls.log`), the share of time spent waiting fell from 21.0% to 15.0%, and waits as long
+#   as a block build remain.
 # - A resume needs the same number of processes and workers: the saved position is per process and per worker.
 # - Workers that ignore SIGTERM (so that stopping stays the training process's job) must be stopped by their owner:
 #   `close()`, called when training ends and when Python exits.
