@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Data: where the text comes from
-# > `load_corpus`: the embedded State of the Union corpus, your own files, or C4, as a `datasets.Dataset` with a `text` column
+# > `load_corpus`: the embedded State of the Union corpus, your own files, or C4, as a `datasets.Dataset` (an `IterableDataset` for C4) with a `text` column
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -83,8 +83,8 @@ class CorpusError(ValueError):
 #
 # A validation split must be **fixed**: if it were drawn at random at run time, two runs would report
 # losses on different text. We hold out every speech from a year ending in 5 (1795, 1805, …, 2015; there
-# is no 2025 speech: a president's first-year address to Congress is not counted as a State of the Union, and the
-# package leaves those out): about a tenth of the documents, from 23 of the corpus's 24 decades (all but the
+# is no 2025 speech: since Reagan, a new president's address to Congress in the first weeks of a term is not counted as
+# a State of the Union, and the package leaves those out): about a tenth of the documents, from 23 of the corpus's 24 decades (all but the
 # 2020s), so the validation set has the same mix of 18th-century and modern English as the training set.
 
 # %%
@@ -204,7 +204,7 @@ def _check_file(f: Path, probe_bytes: int = 1 << 20):
 
 
 # %% [markdown]
-# The split rule for local files must also be fixed and cheap: document *i* (in sorted file order) goes to
+# The split rule for local files must also be fixed and cheap: document *i* (files in sorted order, rows within a file in order, counted after empty documents are dropped) goes to
 # validation when `i % 10 == 9`; a corpus of 2 to 9 documents, which has no such *i*, holds out its last document.
 # A one-document corpus has no validation split — an error says so.
 
@@ -282,7 +282,7 @@ test_fail(lambda: load_files(str(tmp / "one" / "all.txt"), txt_doc_per_file=True
 # month of Common Crawl (April 2019) cleaned by rules (T5 paper, §2.2). It keeps only lines that end in
 # terminal punctuation and have at least 5 words; drops pages with fewer than 3 sentences, pages with a word
 # from a list of obscene words, pages with "lorem ipsum" or a curly bracket (code), lines mentioning
-# JavaScript and cookie/policy boilerplate; removes repeated three-sentence spans; and keeps pages that
+# JavaScript and cookie/policy boilerplate; keeps only one copy of any repeated three-sentence span; and keeps pages that
 # `langdetect` calls English with probability ≥ 0.99. What remains is ≈ 365M documents, ≈ 750 GB of text —
 # compare the 12 MB above.
 #
@@ -501,7 +501,7 @@ print(format_stats(stats))
 # %% [markdown]
 # The length of a speech tells the story of the address. Washington and Adams read theirs to Congress
 # (one to three thousand words). Jefferson, in 1801, sent a **written** message instead, and until 1913 the
-# address was a report that grew with the government, to about 27,000 words under Theodore Roosevelt and
+# address was a report that grew longer, to about 27,000 words under Theodore Roosevelt and
 # Taft. Wilson read it aloud again in 1913; since then the **spoken** address has stayed between about 2,000 and
 # about 11,000 words. (Not every dot labelled spoken was; among those sent in writing, as the American Presidency
 # Project's list of the addresses (presidency.ucsb.edu) records, are for example Wilson's of 1919 and 1920, the one at about

@@ -18,8 +18,8 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # same 5 minutes, span filling against training compute, and an extrapolation, labelled as one. It adds nothing to the
 # package.
 #
-# It needs from 05 the demo run (the cell below finds 05's finished run in `../runs/cpu-demo-notebook` and only
-# evaluates it; where there is none, on a fresh Colab runtime for instance, it trains it: 3,000 steps, minutes on a
+# It needs from 05 the demo run (the cell below finds 05's finished run in `../runs/cpu-demo-notebook` and reads
+# its logged evaluations back, re-exporting it, with nothing trained or evaluated again; where there is none, on a fresh Colab runtime for instance, it trains it: 3,000 steps, minutes on a
 # CPU), the evaluation and `fill_in` of `nanot5_edu.pretrain`, and 05's three encoder inputs for each held-out
 # target: (a) its row's own input, (b) another passage of the same speech, (c) a row of another speech, with
 # `span_gain` = (b) − (a) and `document_gain` = (c) − (b) in nats per target token. The sweeps' saved results (in `nbs/results`) are
@@ -52,7 +52,7 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 
 # %%
 #| slow
-# lesson 05's demo run: resumed and only evaluated if ../runs/cpu-demo-notebook holds it, else trained (3,000 steps)
+# lesson 05's demo run: read back (nothing trained or evaluated again) if ../runs/cpu-demo-notebook holds it, else trained (3,000 steps)
 demo = train(make_config("cpu-demo", ["logging.run_dir=../runs/cpu-demo-notebook", "logging.progress_bar=false"]))
 print({g: round(demo[f"final_{g}"], 3) for g in GAINS})
 
@@ -152,7 +152,7 @@ for g in GAINS:
 # passage's text instead (the last item takes the first's): a model that reads its context should make the true
 # fill likelier with its own passage. The score is the share of items where it does; chance is 50%. The demo
 # model against the same architecture at its random initialisation, and — where the Hugging Face hub is
-# reachable — Google's `t5-v1_1-small` (77M parameters, counted in lesson 03b; pre-trained on C4), loaded with
+# reachable — Google's `t5-v1_1-small` (77M parameters, counted in lesson 03b; pre-trained on C4, by its model card on the hub), loaded with
 # `T5.from_hf`.
 
 # %%
@@ -270,13 +270,14 @@ widgets.interact(show_fill, text=box, top_k=k_slider)
 # the demo itself; deeper encoders (4 + 1 layers; 4 + 1 layers at half the width, which takes about as many steps
 # as the demo); 2 + 2 layers; and longer inputs with the same tokens per step (256 tokens × batch 8, 512 × 4: more
 # context around each blank). Every recipe gets the **same 5 minutes of training on idle cores, by calibration** (a step
-# budget; the runs themselves shared the machine and took longer): a calibration
-# loop timed each recipe's step on a quiet machine (`results/span_sweep_calibration.json`, 2 threads), and
+# budget; the runs' own wall times and machine load were not recorded): a calibration
+# loop timed each recipe's step (`results/span_sweep_calibration.json`, 2 threads), and
 # `total_steps` is 300 s divided by that, so each cosine schedule ends on time (the warmup is the demo's 100 steps or a
 # tenth of the run, whichever is fewer) ([experiments/span_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/span_sweep.py),
 # `results/span_sweep.jsonl`). Each is scored by `span_gain` on its own held-out rows (512 rows across all
 # validation speeches), with the document-bootstrap interval. One seed each, three for the two leaders: a screen.
-# Losses are not comparable across input lengths (longer inputs have longer targets).
+# Losses are not comparable across input lengths (each length is scored on its own rows and masks, and its tokens
+# have more context).
 
 # %%
 span_runs = [json.loads(l) for l in results_file("span_sweep.jsonl").read_text().splitlines()]
@@ -309,7 +310,7 @@ for name in sorted({r["name"] for r in screen}):
 #   [−0.000, 0.002], around zero; 256 tokens 0.009. A model that barely reads the context it has may have no use for more; this
 #   screen does not test why.
 # - `document_gain` follows roughly the same order (comparing first seeds, only 2 + 2 and 256 tokens swap places; 0.099–0.122 for the demo's three seeds, 0.030–0.096 for the rest): at this budget every
-#   recipe learns "which speech" before "which words around the blank", and the ones that learn less of one learn
+#   recipe's `document_gain` is larger than its `span_gain` and clears zero no later, and the ones that learn less of one learn
 #   less of the other.
 #
 # So the goal lesson 05 set for the CPU demo — `span_gain` ≥ 0.1 nats with held-out loss ≤ 4.5 — is **not reached

