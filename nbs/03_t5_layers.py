@@ -80,8 +80,8 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # | 11 | `lm_head`: one score per vocabulary row | `[B, 114, 32128]` |
 # | 12 | cross-entropy against `labels` | a scalar, the mean over `B·114` targets |
 #
-# The encoder does the heavy lifting (512 positions), the decoder sees only 114: span corruption makes the
-# expensive half of an encoder-decoder cheaper (the decoder's cross-attention still projects every encoder position). Lesson 03b's appendix runs this batch through the finished `T5` on
+# The encoder does the heavy lifting (512 positions), the decoder sees only 114: a decoder block costs more per
+# position than an encoder block (three sublayers instead of two), and span corruption's short targets keep that half cheap (the decoder's cross-attention still projects every encoder position). Lesson 03b's appendix runs this batch through the finished `T5` on
 # the `meta` device (shapes, no compute) and checks most of the table's shapes.
 #
 # ## What T5 v1.1 changed
@@ -98,7 +98,7 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # `transformers.T5Config` (transformers 5's `T5Config` forces `tie_word_embeddings=True` and keeps the saved flag as
 # `scale_decoder_outputs`, which is what `from_hf` reads). Presets: `tiny` (13.6M parameters; the CPU demo trains it cut to 1 + 1 layers), `t5-v1_1-small` and
 # `t5-v1_1-base` (nanoT5's model: 247,577,856 parameters; both counts are checked in 03b). Vocabulary sizes are padded to a multiple of 128
-# (32,100 ids → 32,128 rows) for fast matmuls, as Google did.
+# (32,100 ids → 32,128 rows), as in Google's checkpoints.
 #
 # (The check cells use `test_eq`, `test_close`, `test_fail` from `fastcore.test` and `hf_t5` =
 # `transformers.models.t5.modeling_t5`; these imports, with numpy as `np` and matplotlib as `plt`, sit in a
@@ -205,7 +205,7 @@ test_eq(hf_tiny.encoder.embed_tokens is hf_tiny.shared is hf_tiny.decoder.embed_
 #
 # $$y = w \odot \frac{x}{\sqrt{\operatorname{mean}(x^2) + \epsilon}},$$
 #
-# with the mean taken in fp32 even under bf16: in fp16, `x²` overflows once |x| passes 256 (the largest fp16 is
+# with the mean taken in fp32 even under bf16: in fp16, `x²` overflows once |x| reaches 256 (the largest fp16 is
 # 65,504), and bf16 keeps only 8 bits of precision (7 stored) for the sum. `F.rms_norm` is exactly this formula in one op; we give it
 # `x` in fp32. With half-precision weights (a model cast to bf16), HF rounds the normalised `x` to the
 # weight's dtype *before* scaling, so then we scale after the op. (And a small helper: dropout with `p = 0`
@@ -352,7 +352,7 @@ test_eq(out[0, :, 2, 6], rpb.weight.detach()[relative_position_bucket(torch.tens
 # float `attn_mask`: one call instead of a matmul → add → softmax → matmul chain (HF's T5 ran that chain until a
 # transformers 5.x release gave it SDPA too, with the bias as its mask, by default; which kernel runs is in the appendix).
 # The difference that remains: HF hands every layer's attention the position bias and the mask separately and adds
-# them there, while ours adds them once per stack and every layer reuses the sum.
+# them there, while ours combines them once per stack and every layer reuses the result.
 #
 # The module keeps HF's parameter names (`q`, `k`, `v`, `o`, `relative_attention_bias`). For generation it
 # returns its keys and values as a small named pair, `KV`, and can take cached ones back; a decoder block
@@ -477,7 +477,7 @@ test_close(ff(x), ref_ff(x), eps=1e-6)
 # it becomes `inf`, and the loss `nan`. HF's T5 guards the same place in its own ways, both only for half-precision weights (under autocast with fp32
 # weights neither acts): it keeps `wo`'s weights in
 # fp32 when a model is loaded in fp16 (not bf16: `_keep_in_fp32_modules = ["wo"]` in `modeling_t5.py`, added for
-# flan-t5-xxl) and clamps fp16 hidden states that reach `inf`. Ours computes `wo` in fp32 under fp16 autocast (autocast
+# flan-t5-xxl) and clamps the block's fp16 hidden states to fp16's range after each sublayer. Ours computes `wo` in fp32 under fp16 autocast (autocast
 # off for that one matmul); its output joins the residual stream, which is fp32 already. bf16 has fp32's range and
 # needs no guard. The price is one matmul in fp32: on an H200, a T5-Base fp16 step (micro-batch 32) took 1.035 times as
 # long with the guard as without it with TF32 on, as `fit` runs, and 1.30 times in an earlier run with TF32 off (torch's default then, not recorded in that file; the two runs differ in more than TF32, their unguarded steps too; `benchmarks/fp16_path.py`;
@@ -511,8 +511,7 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 # - Positions enter only as a learned per-head bias of the bucketed key − query distance: exact below 8 (below 16 in
 #   the causal decoder), log-spaced up to 128, one bucket beyond. One table of `num_buckets × num_heads` scalars serves
 #   a whole stack.
-# - Attention is unscaled (the `1/√d_kv` lives in the init of `q`, lesson 03b) and runs as one SDPA call (fused on GPU
-#   and at CPU inference; the math path for self-attention's learned bias in CPU training) with
+# - Attention is unscaled (the `1/√d_kv` lives in the init of `q`, lesson 03b) and runs as one SDPA call (fused at CPU inference, and expected to be on GPU, not profiled here; the math path for self-attention's learned bias in CPU training) with
 #   the bias as an additive mask; it equals the textbook `softmax(q·kᵀ + bias)·v` and HF's `T5Attention` within
 #   1e-5.
 # - The feed-forward is `wo(gelu_tanh(wi_0 x) ⊙ wi_1 x)` without biases, equal to HF's within 1e-6. Under fp16
@@ -534,7 +533,7 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 # 6. T5's attention has no `1/√d_kv`. Where did the scaling go, and what would happen to a T5 checkpoint run
 #    through an attention that used SDPA's default scale?
 # 7. **Predict, then run:** in the attention check cell, add 5 to every entry of `bias` before calling `ours`.
-#    Does the output change? What does that tell you about the masks, which are added the same way?
+#    Does the output change? What does that tell you about softmax and a constant added to a whole row of scores?
 # 8. RMSNorm drops two things a LayerNorm has. Which, and why is the mean of `x²` taken in fp32 even when the
 #    model runs in bf16 or fp16?
 # 9. **Predict, then run:** in the RMSNorm cell, compare `ours(10 * x)` with `ours(x)`, then `ours(1e-4 * x)` with
@@ -574,11 +573,13 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 # | pre-training data | C4 (the released `t5-base` checkpoint: C4 mixed with supervised tasks) | C4 only |
 # | shapes | Base: `d_model` 768, `d_ff` 3072 | "a bit different" in Google's words (larger `d_model`, smaller `num_heads` and `d_ff`; not in every size); Base keeps 768, `d_ff` 2048 |
 #
-# The two rows marked unchanged are listed to show what v1.1 kept.
+# The two rows marked unchanged are listed to show what v1.1 kept. Sources: the T5 paper (arXiv 1910.10683, §3.1) for
+# v1.0, and Google's list of what v1.1 changed (`released_checkpoints.md` in google-research/text-to-text-transfer-transformer,
+# section t5.1.1).
 #
-# **Which attention kernel runs.** FlashAttention kernels cannot take an arbitrary additive bias (let alone give it a
-# gradient), so with a bias PyTorch dispatches to the *memory-efficient* kernel on GPU (which supports an
-# additive mask, and its gradient). On CPU the flash-CPU kernel runs only where the mask needs no gradient (at
+# **Which attention kernel runs.** The CUDA FlashAttention kernels cannot take an arbitrary additive bias (let alone give
+# it a gradient), so with a bias PyTorch is expected to dispatch to the *memory-efficient* kernel on GPU (which supports
+# an additive mask, and its gradient; not profiled here, and the choice can change with the GPU and torch version). On CPU the flash-CPU kernel runs only where the mask needs no gradient (at
 # inference, and in cross-attention); in training the learned relative bias sends self-attention to the unfused
 # *math* path (matmul → add → softmax → matmul, half inputs upcast to fp32), as the profile below shows for torch on
 # CPU (the GPU dispatch is not profiled here: check it on your GPU by creating the tensors of `sdpa_kernels` below on `cuda`).
