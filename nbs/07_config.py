@@ -346,7 +346,8 @@ print(f"T5-Base step: {nanot5_step / 1e12:.1f} TFLOP; nanoT5's 0.56 s/step on an
 
 # %% [markdown]
 # MFU needs the device's peak: `peak_flops` looks the GPU up by its exact CUDA name in a table of dense bf16 peaks (fp16 for
-# the T4 and V100, which have no bf16) from the vendors' published figures (`PEAK_TFLOPS`, hidden here), and `train.peak_tflops` overrides it for a device not in the
+# the T4 and V100, which have no bf16) from the vendors' published figures (`PEAK_TFLOPS`, hidden here; only the A100 and
+# H100/H200 entries are checked against a cited source here, so check yours), and `train.peak_tflops` overrides it for a device not in the
 # table.
 
 # %%
@@ -393,9 +394,11 @@ test_eq(peak_flops(torch.device("cpu")), None); test_eq(peak_flops(torch.device(
 
 # %% [markdown]
 # The formula counts by hand, so check it against PyTorch's own count: `FlopCounterMode` records the FLOPs of
-# every matmul and attention kernel that actually runs in a forward and backward pass of the model (here attention
-# runs as plain matmuls, the math path that a learned bias takes on CPU, lesson [03](03_t5_layers.ipynb); a fused
-# attention kernel would go uncounted):
+# every matmul, and of the attention kernels it has formulas for, in a forward and backward pass of the model. On CPU
+# self-attention runs as plain matmuls (the math path a learned bias takes, lesson [03](03_t5_layers.ipynb)), but
+# cross-attention, which has no bias here, runs the CPU's fused flash kernel, which `FlopCounterMode` does not count
+# (it does count CUDA's fused kernels). So the count misses cross-attention's two attention products, and the cell
+# checks that this is the whole gap:
 
 # %%
 from torch.utils.flop_counter import FlopCounterMode
@@ -406,6 +409,8 @@ for name in ("tiny", "t5-v1_1-small"):
         m(input_ids=ids, labels=labels).loss.backward()
     print(f"{name:14} FlopCounterMode / flops_per_step = {counter.get_total_flops() / flops_per_step(config, 4, 128, 29):.3f}")
     test_close(counter.get_total_flops() / flops_per_step(config, 4, 128, 29), 1.0, eps=0.02)
+    cross = 3 * 2 * config.num_decoder_layers * 2 * 4 * 29 * 128 * config.num_heads * config.d_kv  # uncounted: fused kernel
+    test_close(counter.get_total_flops(), flops_per_step(config, 4, 128, 29) - cross, eps=1e-6 * counter.get_total_flops())
 
 
 # %% [markdown]
@@ -585,9 +590,9 @@ test_close(base_total / 2**30, 57, eps=1); test_close(base4_total / 2**30, 17, e
 
 # %% [markdown]
 # Every preset at once: the memory of one step on a GPU (`estimate_memory`) and the time of the run (`estimate_time`)
-# on one A100 (the 40 GB and 80 GB cards share the peak; presets estimated above 40 GiB need the 80 GB one) at an assumed 30% MFU (about what our count gives for nanoT5's step time, above; this package's own uncompiled bf16
-# steps measured 12.1–16.2% on an H200, `benchmarks/results/h200_2026-12-04/gpu_check.log`, so for this code read the
-# hours as a lower bound). Estimates from the formulas above, not measurements:
+# on one A100 (the 40 GB and 80 GB cards share the peak; presets estimated above 40 GiB need the 80 GB one) at an assumed 30% MFU (about what our count gives for nanoT5's step time, above; this package's own bf16 steps
+# measured 12.1–16.2% uncompiled and 12.7% compiled on an H200, `benchmarks/results/h200_2026-12-04/gpu_check.log`;
+# no A100 was measured, so for this code the hours are likely an underestimate). Estimates from the formulas above, not measurements:
 
 # %%
 a100 = PEAK_TFLOPS["NVIDIA A100-SXM4-40GB"]  # dense bf16 TFLOP/s, from the table above
@@ -607,8 +612,8 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 #   through OmegaConf, so an unknown key or a bad value fails at once, with the closest valid names.
 # - Whatever can be checked without compute is checked before any data or model is built (`validate_config`).
 # - One training step costs 3 × the forward FLOPs; for a T5-Base step of 128 rows that is 54.5 TFLOP, and the hand count
-#   agrees with `FlopCounterMode` within 1% (checked on `tiny` and `t5-v1_1-small` at 128 → 29 tokens, not at T5-Base's
-#   512 → 114, where attention weighs more).
+#   agrees with `FlopCounterMode` on everything it counts (on CPU it misses cross-attention's fused kernel: the ratios
+#   0.991 and 0.994; checked on `tiny` and `t5-v1_1-small` at 128 → 29 tokens, not at T5-Base's 512 → 114).
 # - MFU = achieved FLOP/s ÷ the device's peak: nanoT5's 0.56 s/step on an A100 comes to 31% MFU by our count of a
 #   128-row step (nanoT5 reports the step time, not an MFU); on a
 #   CPU the peak is measured with a large matmul.
@@ -647,7 +652,7 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 #    and plot the GFLOP/s: from which size on does it level off, and what does that say about the demo model's
 #    256-wide matmuls?
 # 3. **The hand count at other shapes.** Repeat the `FlopCounterMode` check for the `tiny` model at inputs 512 → 114
-#    and at inputs 64 → 16 (batch 1): does the ratio stay within 2%? Which terms grow with the square of the length?
+#    and at inputs 64 → 14 (batch 1; `compute_input_and_target_lengths(64, 0.15, 3.0)`): does the ratio stay within 2%? Which terms grow with the square of the length?
 
 # %% [markdown]
 # ## Appendix: fp16 for GPUs without bf16
@@ -804,10 +809,10 @@ assert all(math.isfinite(l) for r in fp16_runs.values() for l in r["losses"])
 # ## Appendix: an out-of-memory error that names the fix
 #
 # On a GPU, a micro-batch too big for the device stops the run with `torch.OutOfMemoryError` and a number of bytes.
-# Lesson 08's `fit` runs each step inside `_explain_oom`, which re-raises it as a `TrainingError` that says what
+# Lesson 08's `fit` runs each micro-batch's forward and backward inside `_explain_oom`, which re-raises it as a `TrainingError` that says what
 # was tried (micro-batch, input length, precision), what `estimate_memory` predicted, and a new `optim.grad_acc`:
-# the current one times the smallest factor (2, 4, … 64) whose smaller micro-batch the estimate puts under 90% of the
-# device's memory. The same optimizer step, in more pieces (gradient accumulation, lesson
+# the current one times the smallest factor (2, 4, … 64) that divides the micro-batch and whose smaller micro-batch the
+# estimate puts under 90% of the device's memory (times 2 when none does, or when the device's memory is unknown). The same optimizer step, in more pieces (gradient accumulation, lesson
 # [05](05_pretraining.ipynb)). The code is hidden here (it needs a GPU to show anything); it lives in
 # `nanot5_edu.config`.
 
@@ -839,8 +844,8 @@ def _explain_oom(cfg: Config, accelerator, batch: dict):
 # ## Appendix: how the `cpu-demo` preset was chosen
 #
 # The `cpu-demo` preset (the recipe of lesson 05's demo) came from an earlier sweep of 15 recipes at 150 s each, scored by the **encoder gain** (each
-# held-out row scored with the input of a row drawn across all speeches: (c) − (a), before the gain was split, so
-# it is mostly `document_gain`). Each recipe there is a change to the demo's first default (nanoT5's shape scaled
+# held-out row scored with the input of a row drawn across all speeches: (c) − (a), before the gain was split; these
+# short runs were not split, and in lesson 05's 3,000-step demo 0.171 of its 0.198 was `document_gain`). Each recipe there is a change to the demo's first default (nanoT5's shape scaled
 # down: 4 + 4 layers at lr 2e-2), pinned by
 # [experiments/demo_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/demo_sweep.py). Losses
 # of different vocabulary sizes or input lengths are not comparable, and each point is one seed.
