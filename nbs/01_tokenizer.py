@@ -18,7 +18,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # `transformers` tokenizer directory: `AutoTokenizer.from_pretrained(out_dir)` loads it with no code of ours.
 #
 # **What you will build**: `train_tokenizer` (an 8,000-piece unigram vocabulary of the speeches, the same
-# bytes on every retrain), `load_tokenizer` (ours, a T5 directory or a hub name), the batch `encode_batch` the
+# bytes on a retrain with the same settings), `load_tokenizer` (ours, a T5 directory or a hub name), the batch `encode_batch` the
 # pre-training data pipeline uses (02b onward), and `sentinel_ids`. On the way you will compare unigram with BPE, measure what a word
 # costs (≈ 1.2 pieces) and decide the demo's vocabulary size.
 
@@ -83,7 +83,7 @@ print(f"punctuation split off: {len(bare):,} distinct words, {1 - sum(c for _, c
 # most likely split (Viterbi). **BPE** instead merges the most frequent pair, bottom-up. Both are in the
 # same library; we train on the corpus's non-empty lines, at most `max_sentences` of them (the cap bounds
 # SentencePiece's training sample, drawn with a fixed seed when a corpus has more lines; the lines are still read
-# first), with a fixed seed for the trainer too, so a retrain gives the same bytes, and
+# first), with a fixed seed for the trainer too, so a retrain with the same settings and library version gives the same bytes (checked below, once), and
 # with T5's special ids.
 
 # %%
@@ -328,7 +328,7 @@ assert 3_500 < rows_per_epoch < 4_500
 # instead of generalising. It can learn no facts beyond what the speeches repeat, and little about rare words. That is
 # the right expectation for the demo in [05_pretraining](05_pretraining.ipynb): a loss well below the unigram
 # baselines (the loss of a model that predicts token frequencies without reading any context, defined in 05),
-# not a useful language model. For that, point `load_corpus` at C4.
+# not a useful language model. For that, train on C4 at nanoT5's scale (the `t5-base` preset, on a GPU).
 
 # %% [markdown]
 # ## The default vocabulary size
@@ -341,8 +341,8 @@ assert 3_500 < rows_per_epoch < 4_500
 # CPU demo trains (`cpu-demo`: tiny cut to 1 + 1 layers) the 8,192-row table and head are most of the parameters
 # (the cell below) —
 # and the softmax over V is the largest matmul per target token. The training speeches are 1.8M words (lesson 00's
-# table); at 8,000 pieces they already cost only ~1.2 pieces per word (above), while a 32k vocabulary would spend
-# many of its rows on pieces this corpus holds only a few times. So the demo uses **8,000 (+100 = 8,100, padded to 8,192)**; `T5_VOCAB_SIZE`
+# table); at 8,000 pieces they cost ~1.2 pieces per word (above), and a 32k vocabulary would likely spend
+# many of its rows on pieces this corpus holds only a few times (not measured here: Try it 1). So the demo uses **8,000 (+100 = 8,100, padded to 8,192)**; `T5_VOCAB_SIZE`
 # stays the T5-Base setting.
 
 # %%
@@ -400,7 +400,7 @@ if t5 is not None:
 #
 # Type any text and compare how the vocabularies cut it: our unigram and BPE models (8,000 pieces each,
 # trained on two centuries of speeches) and, when the cell above could load it, T5's own (32,000 pieces,
-# trained on C4 mixed 10:1:1:1 with German, French and Romanian text, as the T5 paper describes). Modern words that are rare in the
+# trained on C4 mixed 10:1:1:1 with German, French and Romanian text, T5 paper §3.1.3). Modern words that are rare in the
 # speeches fall apart in ours; in T5's vocabulary the sentence below is 10 pieces, with `▁cybersecurity` and
 # `▁broadband` whole (asserted in `tests/test_tokenizer_t5.py`, which needs the developer's local copy of T5's
 # `spiece.model` and skips without it). The saved output below shows only our two vocabularies: the run that saved it
@@ -477,9 +477,9 @@ test_fail(lambda: sentinel_ids(load_tokenizer(tmp / "no_sentinels"), 100), conta
 # - `train_tokenizer` writes an ordinary `transformers` tokenizer directory; `load_tokenizer` also reads T5's
 #   own (`google/t5-v1_1-base`), and its ids equal `transformers`' T5 tokenizer and plain `sentencepiece` on the
 #   tested strings (checked where T5's files can be reached; the saved run here was offline and skipped it). On our own
-#   vocabulary the two differ on a few speeches (`benchmarks/results/cpu_2026-12-05/tokenizer.log`; the log reads
-#   them as near-ties between two segmentations broken differently, which the script states but does not measure), so the `sentencepiece`-measured figures above describe very
-#   nearly, not exactly, the ids training sees.
+#   vocabulary the two differ on a few speeches (`benchmarks/results/cpu_2026-12-05/tokenizer.log`; 6 of 249
+#   documents differ, and the script puts it down to ties broken differently in HF's Viterbi, without measuring it), so the
+#   `sentencepiece`-measured figures above describe the ids training sees on most documents, not exactly.
 # - `encode_batch` is the batch path of the `transformers` tokenizer (no offsets, no masks, Rust in parallel) for
 #   tokenizing a corpus; plain `sentencepiece` per document is faster still on 2 cores (`benchmarks/tokenizer.py`).
 # - The training speeches are 2.2M tokens, ≈ 3,900 rows of 568: about 30 steps of 128 rows. A model trained on them
