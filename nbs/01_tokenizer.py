@@ -477,8 +477,8 @@ test_fail(lambda: sentinel_ids(load_tokenizer(tmp / "no_sentinels"), 100), conta
 # - `train_tokenizer` writes an ordinary `transformers` tokenizer directory; `load_tokenizer` also reads T5's
 #   own (`google/t5-v1_1-base`), and its ids equal `transformers`' T5 tokenizer and plain `sentencepiece` on the
 #   tested strings (checked where T5's files can be reached; the saved run here was offline and skipped it). On our own
-#   vocabulary the two differ on a few speeches (`benchmarks/results/cpu_2026-12-05/tokenizer.log`; 6 of 249
-#   documents differ, and the script puts it down to ties broken differently in HF's Viterbi, without measuring it), so the
+#   vocabulary the two differ on a few speeches (`benchmarks/results/cpu_2026-12-05/tokenizer.log`: identical ids on 243 of 249
+#   documents, and the script puts the rest down to ties broken differently in HF's Viterbi, without measuring it), so the
 #   `sentencepiece`-measured figures above describe the ids training sees on most documents, not exactly.
 # - `encode_batch` is the batch path of the `transformers` tokenizer (no offsets, no masks, Rust in parallel) for
 #   tokenizing a corpus; plain `sentencepiece` per document is faster still on 2 cores (`benchmarks/tokenizer.py`).
