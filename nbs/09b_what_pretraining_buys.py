@@ -163,7 +163,7 @@ if controls:
 # %% [markdown]
 # No run of the experiment names the restaurant clearly more often than a constant does: the 18 runs score 0–16% (at
 # most 4 of 25), against 12% (3 of 25) for the best single-name constant ("The Phoenix", tied with "The Waterman") and
-# 8% for the majority answer, so the best runs beat it by one instance. The share hides the few answers that vary: a
+# 8% for the majority answer, so the best runs beat the best constant by one instance. The share hides the few answers that vary: a
 # run that repeats one text on most inputs may still read the others. The end of each line counts them: most runs'
 # varying answers rarely name their input's restaurant, but one (random init, n = 30, seed 0) names it in 4 of its 5.
 # So no run reads its input reliably, and a few of the rare varying answers do track it — too few answers to measure
@@ -194,11 +194,12 @@ else:
 # on the lowest held-out loss (the table has one block of rows per training size the results hold); 3 seeds per start,
 # mean ± sd. Its step 3,000 has the same pre-training measurements as the experiment's pre-trained start below (another
 # run of the same preset), yet before any fine-tuning its held-out loss on the same batch is 8.257 (every seed) where
-# the experiment's start has 8.165 (as at step 0 of [09](09_finetuning.ipynb)'s annotated run): the difference is in the starting weights or in how they are loaded (a checkpoint
-# here, the run's HF export below), not in fine-tuning noise, and we have not isolated it (the two loading paths give
+# the experiment's start has 8.165 (as at step 0 of [09](09_finetuning.ipynb)'s annotated run): the difference is in the starting weights or in how they are loaded (checkpoints
+# here for steps 500–3,000 and an HF export for step 0, the run's HF export below), not in fine-tuning noise, and we have not isolated it (the two loading paths give
 # identical weights and losses in a test of a tiny fp32 model, `tests/test_finetune.py`; the two paths also read the
 # tokenizer from different places, and the runs are bf16: candidates we have not ruled out). Compare rows within one
-# table, not across. Its step 0 is the random init `train` would start from
+# table, not across (step 0 comes through the export path; its drop to step 500 is several times the 8.257/8.165
+# difference). Its step 0 is the random init `train` would start from
 # (`random_init_start`), not the experiment's `sni.random_init`.
 
 # %%
@@ -450,7 +451,7 @@ if RESULTS.exists():
 #
 # - **A lower lowest held-out loss, less of it the more fine-tuning data** (on that measure only; at 100 per task the
 #   curves meet at about step 150, within the seed spread: the random start is lower early, the pre-trained one
-#   clearly lower only at step 200, in the figure's right panel). The pre-trained start's lowest held-out loss is
+#   lower, just beyond the seed spread, only at step 200, in the figure's right panel). The pre-trained start's lowest held-out loss is
 #   lower than the random start's by 0.771 nats at 10 instances per task (5.413 ± 0.075 vs 6.184 ± 0.109) and 0.435
 #   at 30 (4.603 ± 0.040 vs 5.038 ± 0.047), both beyond the seed spread, and by 0.124 at 100 (3.887 ± 0.074 vs
 #   4.011 ± 0.071), within it. Read the "lowest" row with care: it is the minimum over each run's evaluations, chosen
@@ -473,7 +474,7 @@ if RESULTS.exists():
 #
 # So at this scale — a 6.6M-parameter model pre-trained for 3,000 steps (minutes on a CPU), a few passes over the embedded corpus
 # (15,669 rows of 141 raw tokens: [05](05_pretraining.ipynb)) — pre-training buys a lower loss on new instances of the
-# seen tasks, and nothing the generation metrics here credited. That is a statement about this setting, whose scale
+# seen tasks (on both loss measures at 30 per task, on one measure each at 10 and 100), and nothing the generation metrics here credited. That is a statement about this setting, whose scale
 # differs from nanoT5's in model size, pre-training compute and corpus (speeches, not C4), and whose fine-tuning in
 # data (6 tasks of 10–100 instances, not all of SNI's training tasks) and steps: T5-Base (248M parameters),
 # pre-trained by nanoT5 for about 16 hours on one GPU and fine-tuned on SNI, scores Rouge-L 40.7 on its test set of
@@ -505,13 +506,12 @@ assert 1e4 < ratio < 1e5
 #
 # - Positive controls tell "too small" from "broken": the pipeline memorises most of 30 training instances (a setting where it
 #   must succeed), and the name-copy share, on which no single-name constant beats the most frequent restaurant's share,
-#   shows that the small models do not read their input reliably (a few of their rare varying answers do, and one
-#   run of part (c), the step-0 random-init start, names the restaurant twice as often as the best constant:
-#   `results/finetune_controls.json`).
+#   shows that the small models do not read their input reliably (a few of their rare varying answers do; the best share of the 30 runs, one seed of part (c)'s step-0 start, is
+#   within its seed spread: `results/finetune_controls.json`).
 # - What pre-training buys is measured against the same architecture and tokenizer from a random init, at several
 #   fine-tuning sizes, over seeds; a difference counts only beyond the seed spread.
 # - At CPU scale it buys a lower held-out loss on new instances of the seen tasks, in a pattern that changes with the
-#   training size (the curves in the figure): the lowest loss is lower at 10 and 30 instances per task (0.77 and 0.435
+#   training size (the tables' loss rows per size): the lowest loss is lower at 10 and 30 instances per task (0.77 and 0.435
 #   nats), the final loss at 30 (and by a hair at 100) but not at 10 — and nothing the generation metrics here
 #   credited.
 # - A lower loss and the same greedy answers are compatible: the loss scores the probability of every reference token,
