@@ -69,9 +69,11 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # **a schedule that decays** within 300 steps (`inverse_sqrt` with its knee at 15% of the run, like nanoT5's 10⁴
 # of 65,536 — it holds the peak lr from step 0, without cosine's warmup from half the peak, so the two schedules
 # differ in more than their decay; nanoT5's inverse-sqrt runs used T5's legacy schedule, whose peak, 1e-2, ignores the base lr); **one peak
-# lr** (4e-2) for Adafactor and AdamWScale under both schedules, as nanoT5's default config gives both optimizers one base lr (its README does not list an lr per cell; a protocol, not a
-# guarantee of fairness: the rate was tuned for AdamWScale, see below; and since nanoT5's schedule columns also differ
-# in peak lr, 1e-2 against 2e-2, this grid's schedule comparison is not nanoT5's experiment); and **plain AdamW at its own
+# lr** (4e-2) for Adafactor and AdamWScale under both schedules, as nanoT5's default config gives both optimizers one
+# base lr. That is a protocol, not a guarantee of fairness: the rate was tuned for AdamWScale (see below); nanoT5's
+# README does not list an lr per cell; and its schedule columns likely also differ in peak lr (legacy fixes 1e-2;
+# cosine at the default config's base lr would run at 2e-2), so this grid's schedule comparison is not nanoT5's
+# experiment. And **plain AdamW at its own
 # best lr** (a 3-point sweep, then 3 seeds), or "AdamW is worse" only says "4e-2 is too large for AdamW". The
 # training loop, `run`, is a hidden cell (open it in the notebook): a minimal loop for this comparison only.
 
@@ -280,8 +282,9 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 # - **No run fills spans yet, beyond a trace**: the mean `span_gain` is at most 0.004 nats (single runs at most
 #   0.007). Adafactor's runs are above the untrained models at step 0 (−0.001 to 0.001 for the grid's three inits;
 #   −0.013 for HF's std-1 head, whose step-0 loss is 61.6), and all six of them (three seeds, each under both
-#   schedules) are positive, but by a few thousandths of a nat; AdamWScale's mean is inside the step-0 range (two of
-#   its six runs, seed 0's, end about as far above it as Adafactor's lowest), and plain AdamW's runs stay inside it. Adafactor's runs have begun to use
+#   schedules) are positive, but by a few thousandths of a nat; AdamWScale's means sit at the top edge of the step-0 range
+#   (just above it before rounding), its seed-0 runs end above Adafactor's two lowest runs, and plain AdamW's runs stay
+#   inside the range. Adafactor's runs have begun to use
 #   *which speech* a row is from (`document_gain` 0.034–0.042; AdamWScale 0.007–0.009, its seeds 0.001–0.018;
 #   plain AdamW ≤ 0.002). The last column, the loss when every row is decoded from another speech's passage, is the
 #   loss with a wrong speech's input (held-out loss + the two gains, exactly): there the four Adafactor and AdamWScale settings are
