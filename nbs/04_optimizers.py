@@ -169,7 +169,7 @@ test_eq(late["adamw"].max() / late["adamw"].min() > 50, True)
 # With plain AdamW the fraction depends on the tensor. At step 1 the `q` matrices moved by ≈90 × lr (1 / their
 # RMS of 0.011 in this model, the init std printed in lesson 03b), the other matrices and the bias tables by
 # 12.7–31.7 × lr, the norms by 1 × lr and the embedding by 0.3 × lr (only the rows of tokens in the batch get a
-# gradient). Training does not close the gap: over the last 50 steps the tensors of this small model span 0.175–16.9 × lr, a factor of
+# gradient). Training narrows the gap but does not close it: over the last 50 steps the tensors of this small model span 0.175–16.9 × lr, a factor of
 # 96.3 (the embedding sets the low end, just below the norms: tensors of RMS ≈ 1 move least, the small
 # `q` matrices most). A single learning rate gives these tensors very different fractional steps: whatever lr moves the norms by a useful fraction of themselves moves
 # `q` by about 90 times that fraction at step 1, and still tens of times late in the run (the plot above;
@@ -319,7 +319,8 @@ test_eq(late["adamw"].max() / late["adamw"].min() > 10 * late["adamwscale"].max(
 # %% [markdown]
 # With AdamWScale no tensor moved by more than 0.965 × lr of its size in any step (a tensor's RMS change: a single
 # weight can still move by more than lr × RMS(θ), when its m̂/√v̂ exceeds 1), and over the last 50 steps the tensors
-# span 0.13–0.32 × lr: a factor of 2.5 instead of 96.3, and below lr (m̂/√v̂ falls below 1 when the gradients change
+# span 0.13–0.32 × lr: a factor of 2.5 instead of 96.3 (the two runs also differ in lr, 4e-2 against 1e-3; at step 1, where the lr drops
+# out, the same contrast shows), and below lr (m̂/√v̂ falls below 1 when the gradients change
 # sign, as the first section says, and AdamWScale adds eps to the uncorrected √v, which shrinks early steps more
 # than torch's AdamW does; this run isolates neither as the reason). Adafactor (no momentum in nanoT5's
 # setting, and update clipping to `RMS(update) ≤ 1`, which caps a step but cannot raise one; its fast-forgetting
@@ -616,7 +617,7 @@ test_fail(lambda: get_optimizer("adamwscale", m.parameters(), 0), contains="must
 #    `AdamWScale(small.parameters(), lr=1e-3)` instead of `torch.optim.AdamW`. Predict the fraction of itself each
 #    tensor moves, then print `moved[n] / 1e-3` for every tensor. Look for any tensor that does not move by lr, and
 #    what would make one (the floor; a gradient that is zero on part of a tensor).
-# 2. **The measurement in miniature** (about a minute): train `small` for 50 steps on one fixed batch of random
+# 2. **The measurement in miniature** (short: a tiny model): train `small` for 50 steps on one fixed batch of random
 #    tokens (`x = torch.randint(3, 256, (8, 32))`, `y = torch.randint(3, 256, (8, 8))`, `small(x, labels=y).loss`),
 #    once with `torch.optim.AdamW` and once with `AdamWScale`, both at lr 1e-3, recording each tensor's
 #    `|Δθ| / (lr·|θ|)` at every step (the measurement's formula). Look at the largest / smallest tensor over the last

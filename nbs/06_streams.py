@@ -184,19 +184,19 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 
 
 # %% [markdown]
-# One process prepares text more slowly than the GPU consumes it (and the tokenizer's Rust batch call may have used a
-# second thread here, so one core alone is no faster): the printed speeds (they vary with
-# the machine's load: 0.30M raw tokens/s for the whole pipeline in the saved output above) against the 660k needed at
-# 50% MFU; and the training process has other work too (launching kernels, logging, checkpoints). At 50% MFU, fed by
-# the training process itself, this GPU would wait for text for part of every step, and a faster GPU or a better MFU
-# would make it worse (a lower MFU needs proportionally fewer tokens per second: at the MFU the course measured, a quarter
-# to a third of the rate, which one process's printed pipeline speed would roughly cover if the trainer had no CPU work
-# of its own; roughly, since the 660k counts tokens of T5's vocabulary and the speeds below count the demo's on
-# speeches). So, like nanoT5, the text is prepared in
-# `torch.utils.data.DataLoader` **worker processes** (processes, not threads: the packing, the conversion of rows to tensors and
-# `datasets`' row-by-row iteration are Python code, which Python's global interpreter lock would run one thread at a
-# time, and the corruption's small torch operations are mostly Python overhead at these sizes; the Rust tokenizer
-# releases the lock; threads against processes is not measured here), one core each, ahead of the trainer (how far: below); the training process
+# In the cell above one process prepared text more slowly than the GPU at 50% MFU consumes it: 0.30M raw tokens/s for
+# the whole pipeline in the saved output (2 speeches per call; the speed varies with the machine's load) against the
+# 660k needed. That is not the whole story: the benchmark, which hands the tokenizer the whole corpus in one call so
+# its Rust code runs on both cores of its 2-core machine, reached 936,268 raw tokens/s
+# (`benchmarks/results/cpu_2026-12-05/spans.log`). The comparison is rough too (the 660k counts tokens of T5's
+# vocabulary, these speeds the demo's, on speeches), and at the MFU the course measured a quarter to a third of that
+# rate is needed. What decides it is that the training process has other work (launching kernels, logging,
+# checkpoints), and a faster GPU or a better MFU needs more text: preparing it in the training process takes that
+# process's CPU time and leaves no headroom. So, like nanoT5, the text is prepared in
+# `torch.utils.data.DataLoader` **worker processes** (processes rather than threads: the packing, the conversion of
+# rows to tensors and `datasets`' row-by-row iteration are Python code, which Python's global interpreter lock would
+# run one thread at a time, though the Rust tokenizer, most of the pipeline's time in the cell above, releases it;
+# threads against processes is not measured here), one core each, ahead of the trainer (how far: below); the training process
 # only receives finished batches. `data.num_workers` sets how many: by default the cores left per process, at
 # most 8, nanoT5's number (`data.num_workers` in nanoT5's `configs/default.yaml`). If each worker has a core of its
 # own, their speeds should add up (on the 2-core benchmark machine, 2 workers streamed 1.96× the tokens per second of the
@@ -217,7 +217,8 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # loses its contents on resume. We shuffle in **blocks** instead: `data.shuffle_buffer` packed rows are read,
 # permuted and corrupted together, with a generator seeded by (seed, epoch, process, worker, index of the block's
 # first row). The block is a pure function of its position, so on resume `datasets` re-reads it from its start
-# (bounded work, whatever the step) and skips the rows already used. The pipeline, all in each worker:
+# (bounded work, whatever the step) and skips the rows already used; the packing step before it likewise restarts at
+# the start of its current group of 1,000 documents. The pipeline, all in each worker:
 # text shards → tokenize and pack (`pack_dataset`, [02b](02b_span_batches.ipynb)) → shuffle and corrupt each block → micro-batches.
 #
 # A block is built in one go: a worker tokenizes and packs 2,048 rows of 568 raw tokens before it hands out the
@@ -226,14 +227,15 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # `DataLoader`'s `prefetch_factor` keeps 2 per worker unless told otherwise), those last a few steps, well under a
 # second of the H200 step above, against a build of seconds, so the GPU would wait at every block. So each worker
 # keeps a **whole block's batches** ready (`prefetch`, by default `shuffle_buffer / micro_batch`): it builds its next
-# block while the training process uses the current one, so by design the wait shrinks when the workers keep up on average
-# (with the demo model and 2 workers the training process waited for data 2.5% of its steps' time:
-# `benchmarks/results/cpu_2026-12-05/stream.log`; with a faster consumer, `stream_stalls.log` there, one run per
-# setting, shows less waiting with a block's worth ready than with 4 batches, but still records
-# waits, a block build long). The cost is memory for the finished batches: a block of token ids per worker, megabytes at T5-Base's
+# block while the training process uses the current one, which is meant to hide the build. Measured: with the demo
+# model and 2 workers the training process waited for data 2.5% of its steps' time
+# (`benchmarks/results/cpu_2026-12-05/stream.log`, with nothing to compare against); with a faster consumer
+# (`benchmarks/results/cpu_2026-12-05/stream_stalls.log`, one run per setting) it waited 21.0% of the time with 4 batches ready and 15.0% with a
+# block's worth, a difference of about one stall, and a wait as long as a block build remained in both: that the
+# overlap works is not shown. The cost is memory for the finished batches: a block of token ids per worker, megabytes at T5-Base's
 # sizes.
 # [`benchmarks/stream_stalls.py`](https://github.com/nanot5-edu/nanot5_edu/blob/main/benchmarks/stream_stalls.py) measures the
-# waits with 4 batches ready per worker (the old default) and with a block's worth. A bigger `data.shuffle_buffer`
+# waits with 4 batches ready per worker (this package's earlier default) and with a block's worth. A bigger `data.shuffle_buffer`
 # mixes rows over a longer stretch and keeps a longer block ready.
 
 # %%
@@ -485,14 +487,17 @@ def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, mi
 # - Each process of a run takes its own slice of every global batch, drawn from one seeded permutation per epoch:
 #   disjoint rows with no communication.
 # - T5-Base on an H200 at 50% MFU consumes about 660k raw tokens per second; one process prepared text more slowly
-#   than that here, so a streamed corpus is prepared in `DataLoader` worker processes (processes, because much of the preparation is Python code under the GIL).
+#   than that in the cell above (the benchmark, with the tokenizer on both cores, was faster), and the training
+#   process has work of its own, so a streamed corpus is prepared in `DataLoader` worker processes (threads against
+#   processes not measured).
 # - `datasets`' streams resume from a position (shard, example), and torchdata's `StatefulDataLoader` collects it from
 #   every worker.
 # - A rolling shuffle buffer loses its contents on resume; a block shuffle seeded by the block's position does not,
 #   and costs at most one block (and one packing group of 1,000 documents) of re-reading.
 # - Each worker keeps a whole block's batches ready, meant to let it build the next block while training uses the
-#   current one; measured once per setting (`benchmarks/results/cpu_2026-12-05/stream_stalls.log`), the share of time spent waiting fell from 21.0% to 15.0%, and waits as long
-#   as a block build remain.
+#   current one; measured once per setting (`benchmarks/results/cpu_2026-12-05/stream_stalls.log`), the share of time
+#   spent waiting fell from 21.0% to 15.0%, about one stall, and a wait as long as a block build remained: the overlap
+#   is not shown to work.
 # - A resume needs the same number of processes and workers: the saved position is per process and per worker.
 # - Workers that ignore SIGTERM (so that stopping stays the training process's job) must be stopped by their owner:
 #   `close()`, called when training ends and when Python exits.
