@@ -103,7 +103,8 @@ assert np.mean(losses[-10:]) < losses[0] - 2                        # it learns:
 
 # %% [markdown]
 # That loop is all of pre-training; lesson [08](08_real_runs.ipynb) grows it into `fit`, the loop a long run
-# needs. Two features make it cheaper — in memory (gradient accumulation) or in time and memory (bf16) — without
+# needs. Two features make it cheaper — in memory (gradient accumulation) or in time, and on a GPU in memory too (bf16; the
+# course's CPU benchmark measured no lower peak memory on CPU) — without
 # changing what it computes beyond rounding; each is checked here on the bare loop.
 #
 # **Mixed precision.** Inside `torch.autocast(device, dtype=torch.bfloat16)` the matmuls run in bfloat16 (a 16-bit
@@ -480,7 +481,7 @@ test_fail(lambda: fill_in(stub, fill_tok, "word " * 200 + "<extra_id_0>", max_in
 # ## The CPU demo
 #
 # The README's main command, `nanot5-edu pretrain`, runs exactly this: the `cpu-demo` preset, the recipe with the highest
-# encoder gain in an earlier one-seed sweep of 15 short runs at an equal time budget (the unsplit gain, (c) − (a); within a hundredth of the next, so not separated from it) (lesson [07](07_config.ipynb)'s appendix on how the `cpu-demo` preset was chosen shows it; the script:
+# encoder gain in an earlier one-seed sweep of 15 short runs at an equal time budget by design (a step count from each recipe's measured step time) (the unsplit gain, (c) − (a); within a hundredth of the next, so not separated from it) (lesson [07](07_config.ipynb)'s appendix on how the `cpu-demo` preset was chosen shows it; the script:
 # [experiments/demo_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/demo_sweep.py)). The
 # `tiny` model is cut to **1 encoder + 1 decoder layer** (`d_model=256`, 8 heads, gated-GELU `d_ff=1024`,
 # `vocab_size=8192`: 6.6M parameters). Each row is 141 raw tokens, corrupted into 128 encoder and 29 target tokens;
@@ -515,7 +516,7 @@ Image(filename=demo["loss_plot"])
 # evaluated again; the baselines, the export and the plot were recomputed), which is why it printed "resumed … at
 # step 3000"; run in a fresh
 # folder, the cell trains. Timing: no whole run of this recipe recorded its wall-clock time on an idle machine. A saved run of
-# the same recipe, `results/demo_run.json` (its folder `runs/cpu-demo`; identical evaluations), logged 142 ms to 5,436 ms
+# the same recipe, `results/demo_run.json` (its folder `runs/cpu-demo`; the same first and final evaluations to 3 decimals), logged 142 ms to 5,436 ms
 # a step, a spread that suggests a shared machine (its load was not recorded), so those are not a timing of the recipe;
 # lesson 05b's recipe screen timed the model's step on a fixed batch (forward, backward, clipping, optimizer: no data
 # preparation, no evaluation) on 2 threads at 186 ms (`results/span_sweep_calibration.json`). Held-out loss 9.441 at the first evaluation → **4.324** after 3,000 steps, far below the per-position
@@ -531,7 +532,8 @@ Image(filename=demo["loss_plot"])
 # neighbouring passage is about; reading the words around each blank is worth 0.027 nats [0.022, 0.032] (how (b)'s local topic and its misleading words
 # balance out is not measured), small but clear of zero (and above the demo's own untrained step-0 value on the same rows, −0.001 [−0.005, 0.003] in
 # `results/demo_run.json`). These intervals are for this one trained model: they cover which speeches were evaluated,
-# not training again with another seed, and in lesson [05b](05b_what_it_learned.ipynb)'s 1,610-step runs of this recipe, seeds vary more than these intervals. During the run (`results/demo_run.json`) `document_gain` rose fast and early
+# not training again with another seed, and in lesson [05b](05b_what_it_learned.ipynb)'s 1,610-step runs of this recipe two seeds' own intervals do not
+# overlap, so an interval over speeches understates how much seeds differ. During the run (`results/demo_run.json`) `document_gain` rose fast and early
 # (0.068 at step 750, 0.118 at 1,000) while `span_gain` crept (0.007 at 750, 0.012 at 1,000, 0.018 at 1,500, 0.027 at
 # 3,000). Of the goal we set, the held-out loss (≤ 4.5) is met; `span_gain` ≥ 0.1 is not.
 #
