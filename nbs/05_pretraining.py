@@ -104,7 +104,7 @@ assert np.mean(losses[-10:]) < losses[0] - 2                        # it learns:
 # %% [markdown]
 # That loop is all of pre-training; lesson [08](08_real_runs.ipynb) grows it into `fit`, the loop a long run
 # needs. Two features make it cheaper — in memory (gradient accumulation) or in time, and on a GPU in memory too (bf16; the
-# course's CPU benchmark measured no lower peak memory on CPU) — without
+# course's CPU benchmark, `benchmarks/results/cpu_2026-12-05/model.log`, measured no lower peak memory on CPU) — without
 # changing what it computes beyond rounding; each is checked here on the bare loop.
 #
 # **Mixed precision.** Inside `torch.autocast(device, dtype=torch.bfloat16)` the matmuls run in bfloat16 (a 16-bit
