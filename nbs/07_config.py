@@ -314,8 +314,8 @@ test_fail(lambda: validate_config(make_config("cpu-demo", ["logging.tracker=no_s
 # (backward ≈ 2× forward): every matmul does 2 FLOPs per multiply-add, over encoder tokens (`B·L_in`) for
 # the encoder and the cross-attention keys/values, and over decoder tokens (`B·L_tgt`) for the rest,
 # plus the attention score and value products. For a T5-Base step at T5's batch of 128 rows (512 → 114 tokens) it
-# gives 54.5 TFLOP. 128 rows is the batch of the runs whose losses and step times nanoT5's README reports (one
-# version of its default config file holds 144: check the config of any run you compare with).
+# gives 54.5 TFLOP. 128 rows is the batch of the runs whose losses and step times nanoT5's current README reports (an
+# earlier README version reported a run at 144, and one version of its default config file holds 144: check the config of any run you compare with).
 
 # %%
 #| export
@@ -346,8 +346,8 @@ print(f"T5-Base step: {nanot5_step / 1e12:.1f} TFLOP; nanoT5's 0.56 s/step on an
 
 # %% [markdown]
 # MFU needs the device's peak: `peak_flops` looks the GPU up by its exact CUDA name in a table of dense bf16 peaks (fp16 for
-# the T4 and V100, which have no bf16) from the vendors' published figures (`PEAK_TFLOPS`, hidden here; only the A100 and
-# H100/H200 entries are checked against a cited source here, so check yours), and `train.peak_tflops` overrides it for a device not in the
+# the T4 and V100, which have no bf16) from the vendors' published figures (`PEAK_TFLOPS`, hidden here; only the A100, H100
+# SXM and H200 entries are checked against a cited source here, so check yours), and `train.peak_tflops` overrides it for a device not in the
 # table.
 
 # %%
@@ -444,7 +444,7 @@ print(", ".join(f"{str(d).split('.')[1]}: {f / 1e9:.0f} GFLOP/s" for d, f in cpu
 # and the **activations**: every tensor the forward pass saves for the backward pass, which grows with the
 # micro-batch (`optim.batch_size / (optim.grad_acc × processes)`) × tokens × layers. The **logits** are
 # activations too, but worth their own line: one row of `vocab_size` numbers per target token, kept in fp32 for
-# the loss (the fp32 copy, its log-softmax and their gradients), 32,128 wide for T5's vocabulary.
+# the loss (the 16-bit logits, their fp32 copy, the log-softmax and one fp32 gradient), 32,128 wide for T5's vocabulary.
 #
 # The activations per token per layer follow from what autograd saves in our layers (counted below on a real
 # step): for an encoder layer under autocast, each RMSNorm saves its fp32 input and normalised output
@@ -583,7 +583,8 @@ test_close(base_total / 2**30, 57, eps=1); test_close(base4_total / 2**30, 17, e
 # and 68.5 GiB at micro-batch 128, both uncompiled, 1.13 and 1.21 times the estimate (the file's `peak_over_estimate`).
 # So the estimate runs low at these sizes for uncompiled steps: read it as a floor and leave room (the one compiled
 # step measured, at micro-batch 32, peaked at 0.92× the estimate). Both measured peaks (allocated memory; the CUDA context and the
-# allocator's reserve add more) still fit the cards named above (24 GB, 80 GB), the 24 GB one with little room; `grad_acc=2` on a 40 GB card was not measured and has less room to spare. A run that still
+# allocator's reserve add more) are below the memory of the cards named above (24 GB, 80 GB), the 24 GB one by little, so whether the step fits
+# a 24 GB card was not measured; `grad_acc=2` on a 40 GB card was not measured and has less room to spare. A run that still
 # runs out of memory stops with a `TrainingError` that names the micro-batch, this estimate and the `optim.grad_acc`
 # that the estimate says fits (the estimate ran low above, so leave room; the appendix "an out-of-memory error that
 # names the fix").
@@ -619,7 +620,7 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 #   CPU the peak is measured with a large matmul.
 # - A step's memory is weights (4 bytes per parameter), gradients (4), AdamW's moments (8), 16-bit weight copies (2),
 #   and activations and logits, which grow with the micro-batch × tokens × layers.
-# - The `t5-base` micro-batch of 128 needs about 57 GiB by the estimate; `optim.grad_acc=4` gives the same optimizer step
+# - The `t5-base` micro-batch of 128 needs about 57 GiB by the estimate (68.5 GiB measured on an H200); `optim.grad_acc=4` gives the same optimizer step
 #   in about 17 GiB by the estimate (19.6 GiB measured on an H200).
 # - (Appendix) fp16 needs loss scaling; the demo model, with fp32 master weights and residual stream, stays far below
 #   fp16's largest number in its `Linear` layers (attention's products not measured).
@@ -730,7 +731,7 @@ test_eq(RoundToFP16.apply(edge), edge.half().float())             # inf above 65
 
 # %% [markdown]
 # Then training: the demo model (1 + 1 layers) for 200 steps from the same initial weights on the same batches, in
-# fp32, in bf16 autocast and in simulated fp16 with a loss scaler, recording the largest |input| or |output| of every
+# fp32, in bf16 autocast and in simulated fp16 with a loss scaler, recording, in the fp16 run, the largest |input| or |output| of every
 # `Linear` layer over the whole run (attention's products, inside SDPA, are not recorded). `results/fp16_cpu.json` keeps the result; where it is missing (a fresh Colab runtime),
 # the fast path below re-runs a 30-step version.
 
@@ -895,8 +896,8 @@ for r in sorted(sweep, key=lambda r: (r["budget_s"], -r["encoder_gain"])):
 #   (`experiments/compile_pays.sh`, `results/compile_cpu.json`), compiled steps are no faster within the noise of one pair of runs (1.02×), and the 500-step
 #   run takes 124 s instead of 98 s, compilation included.
 #
-# No recipe comes near the goal this earlier sweep had set, an encoder gain of 0.5 nats (before the split into
-# span and document gain, and the `span_gain` ≥ 0.1 goal of lessons 05 and 05b); the demo uses `L1-lr4e-2`, the highest encoder gain (not separated from `L1`, the same recipe at lr 2e-2, by one seed; it also ran more steps).
+# The encoder gains are small (the best is the chosen recipe's; the split into span and document gain, and the
+# `span_gain` ≥ 0.1 goal of lessons 05 and 05b, came later); the demo uses `L1-lr4e-2`, the highest encoder gain (not separated from `L1`, the same recipe at lr 2e-2, by one seed; it also ran more steps).
 
 # %%
 #| hide

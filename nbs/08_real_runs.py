@@ -12,7 +12,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 
 # %% [markdown]
 # The loop of [05](05_pretraining.ipynb) is all of pre-training, but it cannot survive a crash, says nothing while it
-# runs, and uses one device. This lesson grows it into `fit`, the loop every training job of the course runs (pre-training here,
+# runs, and uses one device. This lesson grows it into `fit`, the loop that `train` (pre-training, here) and `finetune` run (pre-training here,
 # fine-tuning in [09](09_finetuning.ipynb)), from the pieces of the lessons before: the evaluation of
 # [05](05_pretraining.ipynb), the streams of [06](06_streams.ipynb), the config tree of [07](07_config.ipynb), the
 # checkpoints of [07b](07b_checkpoints.ipynb). Then
@@ -82,7 +82,7 @@ cpu_peak = {torch.bfloat16: matmul_peak_flops(torch.bfloat16)}  # 07: the CPU's 
 # its own share of the batch, and averages the gradients across processes after every backward pass; **gloo**
 # is PyTorch's communication backend for CPUs, which is how the tests run two DDP processes on a laptop (GPUs use
 # NCCL); **TF32** is an NVIDIA matmul mode for fp32 inputs with a 10-bit mantissa, faster than
-# full fp32 on the GPUs that have it (this course measures no TF32 speed), which `make_accelerator` (below) turns on on a GPU for every matmul that runs in fp32 (all of them in an
+# full fp32 on the GPUs that have it (the course measures no speed-up of TF32 over full fp32; its fp32 benchmark rows run with TF32 on), which `make_accelerator` (below) turns on on a GPU for every matmul that runs in fp32 (all of them in an
 # fp32 run; in a bf16 run only those outside autocast, such as the greedy samples of an evaluation).
 
 # %% [markdown]
@@ -229,7 +229,7 @@ assert v3[-1] < v3[0]
 # has finished the step, so the losses stay on the device and are read once per logging window. Copying a batch
 # from ordinary (pageable) memory waits too, so `to_device` copies it from pinned (page-locked) memory with
 # `non_blocking=True` and the CPU goes on queueing the step (the data workers' loader pins batches itself). And under DDP,
-# `backward` all-reduces the gradients (sums them across processes, so every process holds the same average)
+# `backward` all-reduces the gradients (sums them across processes and divides by their number, so every process holds the same average)
 # after every micro-batch; inside `accelerator.accumulate` it does so only on the last micro-batch of a step.
 # A non-finite loss still stops the run before any evaluation or checkpoint comes after it: the window's losses
 # are checked (one read for all of them) before each of those, and the message names the step and the last
@@ -270,7 +270,7 @@ def _start_metrics(run_dir: Path, step: int, cfg: Config):
 # %% [markdown]
 # **Accelerate.** `make_accelerator` builds one `Accelerator` for the config: CPU or GPU, the precision's autocast,
 # the number of micro-batches per optimizer step, and a tracker if asked for; it validates the config against the
-# number of processes, and seeds every generator. `accelerator.prepare` then wraps the model in DDP when there are
+# number of processes, and seeds the global generators (Python, NumPy, torch; the collators and streams seed their own). `accelerator.prepare` then wraps the model in DDP when there are
 # several processes.
 
 # %%
@@ -764,7 +764,7 @@ test_eq(all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0]), True
 # %% [markdown]
 # A NaN stops the run with a clear message, before any evaluation or checkpoint of the step that produced it.
 # Here plain AdamW at an absurd learning rate without clipping blows the weights up in its first update (Adam's
-# first step moves every weight with a nonzero gradient by about the learning rate, 1e30: still finite in fp32), and the loss of step 2 is NaN. Note what the guard can and cannot promise: it
+# first step moves every weight whose gradient is well above eps (1e-6) by about the learning rate, 1e30: still finite in fp32), and the loss of step 2 is NaN. Note what the guard can and cannot promise: it
 # sees a loss, so the checkpoint of step 1, written before that loss existed, already holds the blown-up
 # weights. That is why the message points one checkpoint further back when needed (`checkpoint.keep_last`
 # keeps two; to resume from the older one, move the newest `step_*` folder aside and run again) — here there is none before step 1, so the only way on is to start again (`checkpoint.resume=never`)
@@ -788,7 +788,7 @@ test_eq(json.loads((good / "trainer_state.json").read_text())["step"] + 1, int(m
 # ## What you learned
 #
 # - `fit` is the bare loop plus a resume, Accelerate (`prepare`, `accumulate`, `backward`, `autocast`), a logging
-#   window, evaluation and checkpoints; every training job of the course runs it.
+#   window, evaluation and checkpoints; `train` and `finetune` run it.
 # - Losses stay on the device and are read once per logging window: reading one per step would make the CPU wait for
 #   the GPU at every step.
 # - `fit` resumes from the newest intact checkpoint before its first step and writes one every
@@ -829,7 +829,8 @@ test_eq(json.loads((good / "trainer_state.json").read_text())["step"] + 1, int(m
 #    uninterrupted run's?
 # 3. **Two processes on a CPU.** Run
 #    `accelerate launch --multi_gpu --num_processes 2 --num_machines 1 -m nanot5_edu pretrain cpu-demo train.total_steps=20 optim.warmup_steps=5 logging.run_dir=runs/try08-ddp`
-#    and compare `runs/try08-ddp/processes/rank_0.json` with `rank_1.json`: which hash differs between the processes,
+#    (`--multi_gpu` works without a GPU: `make_accelerator` asks for a CPU accelerator when there is no CUDA, so the two
+#    processes run DDP over gloo) and compare `runs/try08-ddp/processes/rank_0.json` with `rank_1.json`: which hash differs between the processes,
 #    and which must not?
 
 # %%

@@ -142,7 +142,8 @@ def resource_estimates(cfg, world_size: int = 1, mfu: float = 0.3) -> str:
 # ## `pretrain`: the main job
 #
 # `nanot5-edu pretrain [PRESET] [key=value ...]` runs `train` from [08_real_runs](08_real_runs.ipynb) and ends by
-# naming what it produced: the run directory, the final validation loss (for an in-memory corpus, next to the unigram baselines it must beat),
+# naming what it produced: the run directory, the final validation loss (for an in-memory corpus, next to the unigram baselines it has to beat to show more than token frequencies;
+# the 20-step run below has not beaten the per-position one yet),
 # the loss plot and the Hugging Face export. `--config RUN_DIR` starts from a saved run's config instead of a
 # preset.
 #
@@ -437,7 +438,9 @@ test_eq((resolved["model"]["d_model"], resolved["optim"]["lr"], resolved["train"
 # %% [markdown]
 # After the YAML come what the config will cost, as comment lines (so the output still reads as YAML): GPU memory
 # from `estimate_memory` and time from `flops_per_step` at an assumed MFU ([07](07_config.ipynb)), for the GPUs
-# people have. They are estimates; `benchmarks/gpu_check.sh` (in the repository, not in the installed package:
+# people have. They are estimates (lesson 07 measured this code's T5-Base bf16 steps at 12.1–16.2% MFU and its
+# uncompiled memory peaks at up to 1.21 times the estimate on an H200, `benchmarks/results/h200_2026-12-04/gpu_check.log`,
+# so read the times as lower bounds and a "fits" near the limit with care); `benchmarks/gpu_check.sh` (in the repository, not in the installed package:
 # clone it) measures memory and speed on your GPU for a T5-Base step and the colab-t4 preset, not for any printed config. The Colab preset:
 
 # %%
@@ -540,7 +543,10 @@ test_eq(rc, 2); print(err.getvalue())
 # %% [markdown]
 # **Exit statuses under `accelerate launch`.** The launcher's own status differs: 1 when a process ended with any
 # status but 0 (torchrun's report names each process's status: 3 for a stop), 143 when the launcher itself got the
-# SIGTERM. The launcher passes a SIGTERM on to every process, which then stop as above, and kills those that have
+# SIGTERM. The launcher passes a SIGTERM on to every process, which then stop as above (but a terminal Ctrl-C, or a
+# scheduler's signal to every process, reaches each process directly *and* again through the launcher: the second
+# signal ends it at once, without a checkpoint; read from accelerate's code, not measured — so signal only the
+# launcher, or run one process with `nanot5-edu` directly), and kills those that have
 # not ended in time: 30 s later with several processes (torchrun's agent), only 5 s later with one (accelerate's
 # simple launcher) — which may be too short for a large model's checkpoint (not measured here), so a one-process job is better sent SIGTERM directly.
 
