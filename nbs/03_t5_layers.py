@@ -97,7 +97,7 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # One dataclass holds what defines the architecture, with the T5 v1.1 defaults. It converts to and from
 # `transformers.T5Config` (transformers 5's `T5Config` forces `tie_word_embeddings=True` and keeps the saved flag as
 # `scale_decoder_outputs`, which is what `from_hf` reads). Presets: `tiny` (13.6M parameters; the CPU demo trains it cut to 1 + 1 layers), `t5-v1_1-small` and
-# `t5-v1_1-base` (nanoT5's model: 247,577,856 parameters; both counts are checked in 03b). Vocabulary sizes are padded to a multiple of 128
+# `t5-v1_1-base` (nanoT5's model: 247,577,856 parameters; both counts are checked in 03b). The presets' vocabulary sizes are multiples of 128 (chosen, not computed: nothing pads them)
 # (32,100 ids → 32,128 rows), as in Google's checkpoints.
 #
 # (The check cells use `test_eq`, `test_close`, `test_fail` from `fastcore.test` and `hf_t5` =
@@ -248,7 +248,7 @@ for w_dtype, x_dtype in [(torch.float32, torch.bfloat16), (torch.bfloat16, torch
 # %% [markdown]
 # ## Relative position buckets
 #
-# T5 has no absolute positions. Each attention score gets a learned scalar per head that depends on the
+# T5 has no absolute positions. Each self-attention score (cross-attention gets none) gets a learned scalar per head that depends on the
 # key-query distance, bucketed: small distances exactly, larger ones logarithmically up to `max_distance`
 # (128), beyond that one bucket. The encoder is bidirectional (half the buckets for keys after the query);
 # the decoder is causal, so only past distances count and all 32 buckets go to them.
@@ -505,7 +505,7 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 #
 # - nanoT5 trains **T5 v1.1**, not the paper's v1.0: a gated-GELU feed-forward, an untied LM head, no dropout in
 #   pre-training and C4 only; RMSNorm and dense layers without biases are unchanged. One `ModelConfig` holds the
-#   architecture and converts to and from `transformers.T5Config`; vocabularies are padded to a multiple of 128.
+#   architecture and converts to and from `transformers.T5Config`; the presets' vocabulary sizes are multiples of 128.
 # - RMSNorm only rescales (no mean subtraction, no bias), with the mean of `x²` taken in fp32; it gives HF's values
 #   and output dtypes for fp32 and bf16 weights and inputs.
 # - Positions enter only as a learned per-head bias of the bucketed key − query distance: exact below 8 (below 16 in
@@ -579,15 +579,15 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 #
 # **Which attention kernel runs.** The CUDA FlashAttention kernels cannot take an arbitrary additive bias (let alone give
 # it a gradient), so with a bias PyTorch is expected to dispatch to the *memory-efficient* kernel on GPU (which supports
-# an additive mask, and its gradient; not profiled here, and the choice can change with the GPU and torch version). On CPU the flash-CPU kernel runs only where the mask needs no gradient (at
-# inference, and in cross-attention); in training the learned relative bias sends self-attention to the unfused
+# an additive mask, and its gradient; not profiled here, and the choice can change with the GPU and torch version). On CPU the flash-CPU kernel runs only where the mask needs no gradient (at inference under `torch.no_grad()`, and
+# in cross-attention); in training the learned relative bias sends self-attention to the unfused
 # *math* path (matmul → add → softmax → matmul, half inputs upcast to fp32), as the profile below shows for torch on
 # CPU (the GPU dispatch is not profiled here: check it on your GPU by creating the tensors of `sdpa_kernels` below on `cuda`).
 #
 # **The position bias after training.** The learned relative-position bias per head is only worth plotting
 # after training (at init it is noise of std `d_model^-½`); export a checkpoint from the CPU demo
 # (`nanot5-edu pretrain`, [05_pretraining](05_pretraining.ipynb)) and read its
-# `encoder.block.0.layer.0.SelfAttention.relative_attention_bias` to see which distances each head favours.
+# `encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight` to see which distances each head favours.
 
 # %%
 def sdpa_kernels(bias_needs_grad: bool, training: bool) -> list[str]:

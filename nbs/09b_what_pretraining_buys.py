@@ -189,16 +189,17 @@ else:
 
 # %% [markdown]
 # Each start's gains are the pre-training run's own measurement at that step (95% bootstrap interval): `span_gain`
-# (what the model takes from the passage's own context) and `document_gain` (from knowing which document it is in).
+# (what the model takes from the passage's own context) and `document_gain` (from knowing which document it is in, and the neighbouring passage's topic: 05).
 # The runs use 10 instances per task, the training size where the experiment below finds pre-training's largest effect
 # on the lowest held-out loss (the table has one block of rows per training size the results hold); 3 seeds per start,
 # mean ± sd. Its step 3,000 has the same pre-training measurements as the experiment's pre-trained start below (another
 # run of the same preset), yet before any fine-tuning its held-out loss on the same batch is 8.257 (every seed) where
-# the experiment's start has 8.165 (as at step 0 of [09](09_finetuning.ipynb)'s annotated run): the difference is in the starting weights or in how they are loaded (checkpoints
-# here for steps 500–3,000 and an HF export for step 0, the run's HF export below), not in fine-tuning noise, and we have not isolated it (the two loading paths give
+# the experiment's start has 8.165 (as at step 0 of [09](09_finetuning.ipynb)'s annotated run): the difference is in the starting weights or in how they are loaded (here:
+# checkpoints for steps 500–3,000 and an HF export of the random init for step 0; in the experiment below, the run's
+# HF export), not in fine-tuning noise, and we have not isolated it (the two loading paths give
 # identical weights and losses in a test of a tiny fp32 model, `tests/test_finetune.py`; the two paths also read the
 # tokenizer from different places, and the runs are bf16: candidates we have not ruled out). Compare rows within one
-# table, not across (step 0 comes through the export path; its drop to step 500 is several times the 8.257/8.165
+# table, not across (step 0 comes through the export path; its drop to step 500 is more than ten times the 8.257/8.165
 # difference). Its step 0 is the random init `train` would start from
 # (`random_init_start`), not the experiment's `sni.random_init`.
 
@@ -249,7 +250,7 @@ if controls:
 # evaluation (step 50), keeps that order: 6.310 ± 0.145 (random init), 5.835 ± 0.146 (step 500), 5.610 ± 0.026 (step
 # 1,500) and 5.426 ± 0.037 (step 3,000), each step beyond the seed spread (the 3 seeds' ranges do not overlap: the
 # figure's points; a spread over fine-tuning seeds only, from one random init and one pre-training run). At step 200 the runs have overfitted their 60 training examples, and the final losses show no
-# order beyond their spreads. It buys nothing visible in the generations: the
+# order beyond their spreads. It buys nothing visible in the generations or in rank accuracy: the
 # means of E2E Rouge-L (18.5–24.1), seen exact match (16.2–20.4), rank accuracy (45.3–57.3, chance 50) and the name
 # share (5.3–13.3%; the best single-name constant scores 12% on these 25 E2E instances, control (b) above) move within their
 # seed spreads, with no trend beyond them. Which gain does the transfer follow? Along one pre-training run both rise
@@ -474,7 +475,7 @@ if RESULTS.exists():
 #
 # So at this scale — a 6.6M-parameter model pre-trained for 3,000 steps (minutes on a CPU), a few passes over the embedded corpus
 # (15,669 rows of 141 raw tokens: [05](05_pretraining.ipynb)) — pre-training buys a lower loss on new instances of the
-# seen tasks (on both loss measures at 30 per task, on one measure each at 10 and 100), and nothing the generation metrics here credited. That is a statement about this setting, whose scale
+# seen tasks (on both loss measures at 30 per task, on one measure each at 10 and 100), and nothing the generation or rank-classification metrics here credited. That is a statement about this setting, whose scale
 # differs from nanoT5's in model size, pre-training compute and corpus (speeches, not C4), and whose fine-tuning in
 # data (6 tasks of 10–100 instances, not all of SNI's training tasks) and steps: T5-Base (248M parameters),
 # pre-trained by nanoT5 for about 16 hours on one GPU and fine-tuned on SNI, scores Rouge-L 40.7 on its test set of
@@ -506,8 +507,9 @@ assert 1e4 < ratio < 1e5
 #
 # - Positive controls tell "too small" from "broken": the pipeline memorises most of 30 training instances (a setting where it
 #   must succeed), and the name-copy share, on which no single-name constant beats the most frequent restaurant's share,
-#   shows that the small models do not read their input reliably (a few of their rare varying answers do; the best share of the 30 runs, one seed of part (c)'s step-0 start, is
-#   within its seed spread: `results/finetune_controls.json`).
+#   shows that the small models do not read their input reliably (a few of their rare varying answers do; the best share of the 30 runs, 24%, twice the best constant, is one seed
+#   of part (c)'s random-init start whose other seeds score 8%: too few instances to call it reading,
+#   `results/finetune_controls.json`).
 # - What pre-training buys is measured against the same architecture and tokenizer from a random init, at several
 #   fine-tuning sizes, over seeds; a difference counts only beyond the seed spread.
 # - At CPU scale it buys a lower held-out loss on new instances of the seen tasks, in a pattern that changes with the
@@ -515,7 +517,8 @@ assert 1e4 < ratio < 1e5
 #   nats), the final loss at 30 (and by a hair at 100) but not at 10 — and nothing the generation metrics here
 #   credited.
 # - A lower loss and the same greedy answers are compatible: the loss scores the probability of every reference token,
-#   greedy decoding only the most likely answer.
+#   greedy decoding only the most likely answer. Rank accuracy stayed flat too; the held-out loss averages over tokens,
+#   and a classification answer is a word or two against an E2E sentence's many (a likely reason, not measured here).
 # - Along one pre-training run the lowest fine-tuned loss falls at every checkpoint; its largest drop comes while
 #   `span_gain` is still small. Two gains that grow together along one run cannot be told apart by its checkpoints.
 # - A result at 6.6M parameters and minutes of CPU pre-training is a statement about that scale, not about T5-Base
