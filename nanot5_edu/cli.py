@@ -35,7 +35,7 @@ def _flat_items(node: dict, prefix: str = ""):
 
 def saved_overrides(path: str | Path) -> list[str]:
     "A saved config.yaml (or the run directory holding it) as key=value items for `make_config`"
-    import json
+    import json, yaml
     from omegaconf import OmegaConf
     from nanot5_edu.config import ConfigError
     path = Path(path)
@@ -43,7 +43,10 @@ def saved_overrides(path: str | Path) -> list[str]:
     if not path.is_file():
         raise ConfigError(f"--config {path}: no such file; give a run directory or the config.yaml in it.")
     def value(v):  # a string as it is when it reads back as itself (make_config reads model_preset raw), else JSON
-        plain = isinstance(v, str) and OmegaConf.from_dotlist([f"v={v}"]).v == v
+        try:
+            plain = isinstance(v, str) and OmegaConf.from_dotlist([f"v={v}"]).v == v
+        except yaml.YAMLError:  # e.g. "*.jsonl": YAML cannot read it unquoted
+            plain = False
         return v if plain else json.dumps(v)
     return [f"{k}={value(v)}" for k, v in _flat_items(OmegaConf.to_container(OmegaConf.load(path)))]
 

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -165,7 +166,21 @@ def make_config(preset: str = "cpu-demo", overrides: list[str] | tuple = (), con
         hint = f" Did you mean {' or '.join(close)}?" if close and key not in valid else ""
         reason = str(e).splitlines()[0].split(". Did you mean")[0].rstrip(".")  # Python's own hint: ours is below
         raise ConfigError(f"Bad override {key or ''!r}: {reason}.{hint}") from None
+    except yaml.YAMLError as e:  # a value YAML cannot read unquoted, e.g. data.corpus=*.jsonl (`*` starts an alias)
+        bad = next(d for d in dotlist if not _reads_as_yaml(d))
+        key, _, val = bad.partition("=")
+        raise ConfigError(f"Bad override {bad!r}: YAML cannot read the value ({getattr(e, 'problem', e)}); quote it: "
+                          f"{key}='\"{val}\"'.") from None
     return OmegaConf.to_object(cfg)
+
+
+def _reads_as_yaml(item: str) -> bool:
+    "Whether one key=value item parses (OmegaConf reads each value as YAML)"
+    try:
+        OmegaConf.from_dotlist([item])
+        return True
+    except yaml.YAMLError:
+        return False
 
 # %% ../nbs/07_config.ipynb #43567783
 ARCHITECTURES = ("encoder-decoder", "decoder-only")

@@ -153,9 +153,9 @@ test_eq(sotu_train[0]["text"].startswith("Fellow-Citizens of the Senate"), True)
 # split into documents at blank lines (pass `txt_doc_per_file=True` to keep it whole). `.json`/`.jsonl`
 # need a `text` field and `.parquet` a `text` column.
 #
-# Before handing files to `datasets` we check them ourselves, because `datasets`' errors for a typo or a
-# binary file are long tracebacks from inside its builders (a file in another encoding ends in a
-# `DatasetGenerationError` wrapping a `UnicodeDecodeError`) that do not say what to do. The checks are cheap: existence, size, and
+# Before handing files to `datasets` we check them ourselves, because `datasets`' errors do not say what to do: a typo
+# gives a short `FileNotFoundError` that names the file but not the fix, and a file in another encoding a long traceback
+# from inside its builders (a `DatasetGenerationError` wrapping a `UnicodeDecodeError`). The checks are cheap: existence, size, and
 # (for text formats) that the first megabyte is UTF-8 without NUL bytes.
 
 # %%
@@ -206,7 +206,7 @@ def _check_file(f: Path, probe_bytes: int = 1 << 20):
 # %% [markdown]
 # The split rule for local files must also be fixed and cheap: document *i* (files in sorted order, rows within a file in order, counted after empty documents are dropped) goes to
 # validation when `i % 10 == 9`; a corpus of 2 to 9 documents, which has no such *i*, holds out its last document.
-# A one-document corpus has no validation split — an error says so.
+# A one-document corpus cannot be split at all: loading either split raises an error that says so.
 
 # %%
 #| export
@@ -503,14 +503,15 @@ print(format_stats(stats))
 # (one to three thousand words). Jefferson, in 1801, sent a **written** message instead, and until 1913 the
 # address was a report that grew longer, to about 27,000 words under Theodore Roosevelt and
 # Taft. Wilson read it aloud again in 1913; since then the **spoken** address has stayed between about 2,000 and
-# about 11,000 words. (Not every dot labelled spoken was; among those sent in writing, as the American Presidency
+# about 11,000 words. Not every dot labelled spoken was. Among those sent in writing, as the American Presidency
 # Project's list of the addresses (presidency.ucsb.edu) records, are for example Wilson's of 1919 and 1920, the one at about
 # 28,000 words in 1946, which is Truman's message, Coolidge's messages of 1925–1928 and Hoover's of 1929, among
-# them the 10,995 words of 1929-Hoover-1 printed below; the package's metadata labels them all spoken. The other way round, a few items labelled
-# written after 1913 are radio addresses or remarks, such as 1945-Roosevelt-2 and 1956-Eisenhower-2, by their source
-# addresses.) Written messages still appeared now and then, and the two longest speeches of all are
+# them the 10,995 words of 1929-Hoover-1 printed with the plot; the package's metadata labels them all spoken. The
+# other way round, some items labelled written after 1913 are not written addresses: a few are radio addresses or
+# remarks (1945-Roosevelt-2 and 1956-Eisenhower-2, by their source addresses), and most belong to Nixon's series of
+# written messages of 1973. Written messages still appeared now and then, and the two longest speeches of all are
 # written: Carter's last two written messages (1980 and 1981). Each dot is a speech; the
-# validation speeches (orange) sit along the whole timeline, as the split rule intends. Under the plot, each
+# validation speeches (orange) sit along the whole timeline, as the split rule intends. With the plot, each
 # era's shortest, median and longest speeches:
 
 # %%
@@ -557,10 +558,10 @@ plt.show()
 #   every 10th local document).
 # - The embedded State of the Union corpus is small (≈ 12 MB; 225 training and 24 validation speeches), old and
 #   uneven: the written reports of 1801–1912 run longer than the spoken addresses since 1913 (compare the medians
-#   printed under the plot).
+#   printed with the plot).
 # - C4 is nanoT5's corpus, ≈ 750 GB after rule-based cleaning; it is streamed, never downloaded whole, and
 #   the same code reads local shards offline.
-# - Checking inputs early (path, size, encoding, the `text` field, offline switches) turns deep library
+# - Checking inputs early (path, size, encoding, offline switches) and right after loading (the `text` field) turns deep library
 #   tracebacks into one sentence that names the fix.
 # - `corpus_stats` counts documents, bytes and words: look at the data before training on it.
 #
@@ -639,9 +640,10 @@ test_fail(lambda: load_corpus(str(tmp / "docs.jsonl"), txt_per_doc=True), contai
 #
 # Long experiments save what they measured in `results/` beside the notebooks, and the cells that report them read
 # those files: the `#| slow` cells of the optimizer grid in [05c_optimizer_grid](05c_optimizer_grid.ipynb) and of the
-# fine-tuning experiment in [09b_what_pretraining_buys](09b_what_pretraining_buys.ipynb) write theirs; the demo runs
-# and sweeps read in [05_pretraining](05_pretraining.ipynb) and [05b_what_it_learned](05b_what_it_learned.ipynb), and
-# 09b's positive controls, were written by the scripts in `experiments/`. In the repository that folder is `nbs/results`. A notebook
+# fine-tuning experiment in [09b_what_pretraining_buys](09b_what_pretraining_buys.ipynb) write theirs; the fp16 run of
+# [07_config](07_config.ipynb) and the objectives of [09c_objectives](09c_objectives.ipynb) are slow cells too; the demo
+# runs and sweeps that [05b_what_it_learned](05b_what_it_learned.ipynb) and [07_config](07_config.ipynb) read (and 05's
+# prose quotes), 07's compile timing and 09b's positive controls were written by the scripts in `experiments/`. In the repository that folder is `nbs/results`. A notebook
 # opened from its Colab badge, or copied elsewhere, has no such folder, so `results_file` looks next in the installed
 # package, which carries a copy of `nbs/results` (package data, copied in when the wheel is built: `setup.py`), then
 # in the `nbs/results` of a repository checkout the package was imported from, and last fetches the repository's

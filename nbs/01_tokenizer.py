@@ -208,7 +208,7 @@ sorted(p.name for p in (tmp / "unigram").iterdir())
 # BPE keeps four). A lone `▁` (as in `▁ unconstitutional ly`) is the word-start marker as a piece of its own:
 # the vocabulary has `unconstitutional` only as a word-internal piece, so the marker is spelt separately.
 # (`transformers`' T5 tokenizer builds a unigram model from any `spiece.model`: on a BPE model it keeps the pieces
-# and their ids but segments with unigram's algorithm over BPE's scores, so it would give other id sequences; we
+# and their ids but segments with unigram's algorithm over BPE's scores, so it can give other id sequences; we
 # compare the two with plain `sentencepiece`.)
 
 # %%
@@ -342,7 +342,7 @@ assert 3_500 < rows_per_epoch < 4_500
 # (the cell below) —
 # and the softmax over V is the largest matmul per target token. The training speeches are 1.8M words (lesson 00's
 # table); at 8,000 pieces they cost ~1.2 pieces per word (above), and a 32k vocabulary would likely spend
-# many of its rows on pieces this corpus holds only a few times (not measured here: Try it 1). So the demo uses **8,000 (+100 = 8,100, padded to 8,192)**; `T5_VOCAB_SIZE`
+# many of its rows on pieces this corpus holds only a few times (not measured here). So the demo uses **8,000 (+100 = 8,100, padded to 8,192)**; `T5_VOCAB_SIZE`
 # stays the T5-Base setting.
 
 # %%

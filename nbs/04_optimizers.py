@@ -319,7 +319,7 @@ test_eq(late["adamw"].max() / late["adamw"].min() > 10 * late["adamwscale"].max(
 # %% [markdown]
 # With AdamWScale no tensor moved by more than 0.965 × lr of its size in any step (a tensor's RMS change: a single
 # weight can still move by more than lr × RMS(θ), when its m̂/√v̂ exceeds 1), and over the last 50 steps the tensors
-# span 0.13–0.32 × lr: a factor of 2.5 instead of 96.3 (the two runs also differ in lr, 4e-2 against 1e-3; at step 1, where the lr drops
+# span 0.13–0.32 × lr: a factor of 2.5 instead of 96.3 (the two runs also differ in lr, as lesson [05c](05c_optimizer_grid.ipynb) set them; at step 1, where the lr drops
 # out, the same contrast shows), and below lr (m̂/√v̂ falls below 1 when the gradients change
 # sign, as the first section says, and AdamWScale adds eps to the uncorrected √v, which shrinks early steps more
 # than torch's AdamW does; this run isolates neither as the reason). Adafactor (no momentum in nanoT5's

@@ -121,8 +121,8 @@ for i in range(len(b["input_ids"])):
 
 # %% [markdown]
 # **Where the gain comes from, by kind of target token.** `gain_by_token_kind` (05's appendix) splits the three losses over the
-# run's own evaluation rows into sentinels and EOS (where each span ends: the model never sees the mask, so only its
-# input can say exactly where, though the target's own statistics let it guess), span
+# run's own evaluation rows into sentinels and EOS (where each span ends: the model is never told how long each span was; its input is the only place that shows
+# where the text resumes, though not how many tokens were cut, and the target's own statistics let it guess), span
 # tokens that also occur elsewhere in the row's input (a model could copy them), and the other span tokens. The
 # "all" row is the run's final evaluation again (the same rows and masks, from the exported weights):
 
@@ -152,7 +152,7 @@ for g in GAINS:
 # passage's text instead (the last item takes the first's): a model that reads its context should make the true
 # fill likelier with its own passage. The score is the share of items where it does; chance is 50%. The demo
 # model against the same architecture at its random initialisation, and — where the Hugging Face hub is
-# reachable — Google's `t5-v1_1-small` (77M parameters, counted in lesson 03b; pre-trained on C4, by its model card on the hub), loaded with
+# reachable — Google's `t5-v1_1-small` (77M parameters, counted in lesson 03b; pre-trained on C4 only, by Google's list of what v1.1 changed, cited in lesson 03), loaded with
 # `T5.from_hf`.
 
 # %%
@@ -270,7 +270,8 @@ widgets.interact(show_fill, text=box, top_k=k_slider)
 # the demo itself; deeper encoders (4 + 1 layers; 4 + 1 layers at half the width, which takes about as many steps
 # as the demo); 2 + 2 layers; and longer inputs with the same tokens per step (256 tokens × batch 8, 512 × 4: more
 # context around each blank). Every recipe gets the **same 5 minutes of training on idle cores, by calibration** (a step
-# budget; the runs' own wall times and machine load were not recorded): a calibration
+# budget; the runs' own wall times, evaluations included, are in the results file, taken on a loaded machine whose
+# load was not recorded, so they are not training times on idle cores): a calibration
 # loop timed each recipe's step (`results/span_sweep_calibration.json`, 2 threads), and
 # `total_steps` is 300 s divided by that, so each cosine schedule ends on time (the warmup is the demo's 100 steps or a
 # tenth of the run, whichever is fewer) ([experiments/span_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/span_sweep.py),
@@ -296,7 +297,8 @@ for name in sorted({r["name"] for r in screen}):
 # What the screen shows, after 5 minutes each (one seed, three for the demo recipe and for 2 + 2 layers, the two
 # best first seeds; 95% intervals over speeches):
 #
-# - **No other recipe reached the demo recipe's mean on any seed, and, judged by seed spread, the screen separates no other pair of recipes.** The demo
+# - **No other recipe reached the demo recipe's mean on any seed, and the screen settles no ranking among the others**: seed spread is known only for two recipes, and one seed cannot
+#   settle a single-seed recipe. The demo
 #   recipe (1 + 1) gives `span_gain` 0.016, 0.014 and 0.008 over three seeds (mean 0.013); 2 + 2 layers 0.011, 0.004
 #   and 0.009 (mean 0.008); 256-token inputs 0.009 [0.006, 0.011] (one seed). Seed-to-seed spread (0.008–0.016 for
 #   one recipe) is as large as most differences between recipes, so these three are not separated. (Some single-seed

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -225,7 +226,21 @@ def make_config(preset: str = "cpu-demo", overrides: list[str] | tuple = (), con
         hint = f" Did you mean {' or '.join(close)}?" if close and key not in valid else ""
         reason = str(e).splitlines()[0].split(". Did you mean")[0].rstrip(".")  # Python's own hint: ours is below
         raise ConfigError(f"Bad override {key or ''!r}: {reason}.{hint}") from None
+    except yaml.YAMLError as e:  # a value YAML cannot read unquoted, e.g. data.corpus=*.jsonl (`*` starts an alias)
+        bad = next(d for d in dotlist if not _reads_as_yaml(d))
+        key, _, val = bad.partition("=")
+        raise ConfigError(f"Bad override {bad!r}: YAML cannot read the value ({getattr(e, 'problem', e)}); quote it: "
+                          f"{key}='\"{val}\"'.") from None
     return OmegaConf.to_object(cfg)
+
+
+def _reads_as_yaml(item: str) -> bool:
+    "Whether one key=value item parses (OmegaConf reads each value as YAML)"
+    try:
+        OmegaConf.from_dotlist([item])
+        return True
+    except yaml.YAMLError:
+        return False
 
 
 # %%
@@ -300,6 +315,8 @@ test_fail(lambda: validate_config(make_config("cpu-demo", ["optim.batch_size=30"
 test_fail(lambda: validate_config(make_config("cpu-demo", ["optim.name=lion"])), contains="optim.name='lion' is unknown")
 test_fail(lambda: validate_config(make_config("cpu-demo", ["train.precision=fp8"])), contains="use bf16, fp16 or fp32")
 test_fail(lambda: validate_config(make_config("cpu-demo", ["eval.every_steps=0"])), contains="eval.every_steps=0 must be > 0: set it")
+test_fail(lambda: make_config("cpu-demo", ["data.corpus=*.jsonl"]), contains="quote it: data.corpus='\"*.jsonl\"'")
+test_eq(make_config("cpu-demo", ['data.corpus="*.jsonl"']).data.corpus, "*.jsonl")
 test_fail(lambda: validate_config(make_config("cpu-demo", ["optim.lr=0"])), contains="nanoT5 uses optim.lr=2e-2")
 validate_config(make_config("cpu-demo", ["train.precision=fp16"]))
 test_fail(lambda: validate_config(make_config("cpu-demo", ["data.objective=causal_lm"])), contains="Valid: model.architecture=")

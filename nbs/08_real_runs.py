@@ -764,7 +764,7 @@ test_eq(all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0]), True
 # %% [markdown]
 # A NaN stops the run with a clear message, before any evaluation or checkpoint of the step that produced it.
 # Here plain AdamW at an absurd learning rate without clipping blows the weights up in its first update (Adam's
-# first step moves every weight whose gradient is well above eps (1e-6) by about the learning rate, 1e30: still finite in fp32), and the loss of step 2 is NaN. Note what the guard can and cannot promise: it
+# first step moves every weight whose gradient is well above Adam's eps by about the learning rate, 1e30: still finite in fp32), and the loss of step 2 is NaN. Note what the guard can and cannot promise: it
 # sees a loss, so the checkpoint of step 1, written before that loss existed, already holds the blown-up
 # weights. That is why the message points one checkpoint further back when needed (`checkpoint.keep_last`
 # keeps two; to resume from the older one, move the newest `step_*` folder aside and run again) — here there is none before step 1, so the only way on is to start again (`checkpoint.resume=never`)

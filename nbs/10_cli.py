@@ -88,7 +88,7 @@ def _flat_items(node: dict, prefix: str = ""):
 
 def saved_overrides(path: str | Path) -> list[str]:
     "A saved config.yaml (or the run directory holding it) as key=value items for `make_config`"
-    import json
+    import json, yaml
     from omegaconf import OmegaConf
     from nanot5_edu.config import ConfigError
     path = Path(path)
@@ -96,7 +96,10 @@ def saved_overrides(path: str | Path) -> list[str]:
     if not path.is_file():
         raise ConfigError(f"--config {path}: no such file; give a run directory or the config.yaml in it.")
     def value(v):  # a string as it is when it reads back as itself (make_config reads model_preset raw), else JSON
-        plain = isinstance(v, str) and OmegaConf.from_dotlist([f"v={v}"]).v == v
+        try:
+            plain = isinstance(v, str) and OmegaConf.from_dotlist([f"v={v}"]).v == v
+        except yaml.YAMLError:  # e.g. "*.jsonl": YAML cannot read it unquoted
+            plain = False
         return v if plain else json.dumps(v)
     return [f"{k}={value(v)}" for k, v in _flat_items(OmegaConf.to_container(OmegaConf.load(path)))]
 
@@ -465,7 +468,8 @@ test_eq(sorted(p.name for p in (run_dir / "checkpoints").iterdir()), ["step_0000
 # %% [markdown]
 # **Relaunching from the saved config.** `--config RUN_DIR` rebuilds the run's config from its `config.yaml` (the
 # first check: it equals the config built from the same overrides), and overrides after it win. Relaunched in a
-# new directory, the same config repeats the run: every logged loss is equal (on CPU; a GPU repeat is not tested). (In the same directory it would
+# new directory, the same config repeats the run: the logged training and held-out losses (`loss`, `eval_loss`) are equal (on CPU; a
+# GPU repeat is not tested). (In the same directory it would
 # resume from the last checkpoint instead, `checkpoint.resume=auto`.)
 
 # %%
@@ -490,7 +494,7 @@ losses(again)
 # - The package's own errors are one line on stderr and exit status 2; a stop on request during training (SIGTERM, Ctrl-C,
 #   `train.max_minutes`) writes a checkpoint and exits 3; anything else is a bug and keeps its traceback.
 # - Every run saves its resolved `config.yaml`; `--config RUN_DIR` rebuilds that config, resuming in the same
-#   directory and repeating the run, loss for loss on CPU, in a new one.
+#   directory and repeating the run (its logged losses equal, on CPU) in a new one.
 # - `pretrain` ends by naming what it produced: run directory, validation loss (next to its baselines for an in-memory corpus), loss
 #   plot, Hugging Face export.
 #
@@ -543,10 +547,11 @@ test_eq(rc, 2); print(err.getvalue())
 # %% [markdown]
 # **Exit statuses under `accelerate launch`.** The launcher's own status differs: 1 when a process ended with any
 # status but 0 (torchrun's report names each process's status: 3 for a stop), 143 when the launcher itself got the
-# SIGTERM. The launcher passes a SIGTERM on to every process, which then stop as above (but a terminal Ctrl-C, or a
-# scheduler's signal to every process, reaches each process directly *and* again through the launcher: the second
-# signal ends it at once, without a checkpoint; read from accelerate's code, not measured — so signal only the
-# launcher, or run one process with `nanot5-edu` directly), and kills those that have
+# SIGTERM. The launcher passes a SIGTERM on to every process, which then stop as above (but with one process, a terminal Ctrl-C reaches it directly *and* again through accelerate's simple launcher, and
+# a scheduler's signal to every process does the same with any number of processes: the second signal ends a process
+# at once, without a checkpoint; read from accelerate's and torch's code, not measured — torchrun starts each of
+# several processes in its own session, so a terminal Ctrl-C reaches them only through the launcher. So signal only
+# the launcher, or run one process with `nanot5-edu` directly), and kills those that have
 # not ended in time: 30 s later with several processes (torchrun's agent), only 5 s later with one (accelerate's
 # simple launcher) — which may be too short for a large model's checkpoint (not measured here), so a one-process job is better sent SIGTERM directly.
 
