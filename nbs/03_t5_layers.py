@@ -81,7 +81,7 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # | 12 | cross-entropy against `labels` | a scalar, the mean over `B·114` targets |
 #
 # The encoder does the heavy lifting (512 positions), the decoder sees only 114: a decoder block costs more per
-# position than an encoder block (three sublayers instead of two), and span corruption's short targets keep that half cheap (the decoder's cross-attention still projects every encoder position). Lesson 03b's appendix runs this batch through the finished `T5` on
+# position than an encoder block (three sublayers instead of two), and span corruption's short targets keep that half cheaper (by how much, this lesson does not count) (the decoder's cross-attention still projects every encoder position). Lesson 03b's appendix runs this batch through the finished `T5` on
 # the `meta` device (shapes, no compute) and checks most of the table's shapes.
 #
 # ## What T5 v1.1 changed
@@ -250,7 +250,8 @@ for w_dtype, x_dtype in [(torch.float32, torch.bfloat16), (torch.bfloat16, torch
 #
 # T5 has no absolute positions. Each self-attention score (cross-attention gets none) gets a learned scalar per head that depends on the
 # key-query distance, bucketed: small distances exactly, larger ones logarithmically up to `max_distance`
-# (128), beyond that one bucket. The encoder is bidirectional (half the buckets for keys after the query);
+# (128), beyond that one bucket (in practice the last bucket is reached earlier, at 91 in the encoder and 113 in the
+# decoder, as the tests below show). The encoder is bidirectional (half the buckets for keys after the query);
 # the decoder is causal, so only past distances count and all 32 buckets go to them.
 
 # %%
@@ -509,7 +510,8 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 # - RMSNorm only rescales (no mean subtraction, no bias), with the mean of `x²` taken in fp32; it gives HF's values
 #   and output dtypes for fp32 and bf16 weights and inputs.
 # - Positions enter only as a learned per-head bias of the bucketed key − query distance: exact below 8 (below 16 in
-#   the causal decoder), log-spaced up to 128, one bucket beyond. One table of `num_buckets × num_heads` scalars serves
+#   the causal decoder), log-spaced after that, with the last bucket (reached at 91 in the encoder, 113 in the decoder) holding everything
+#   beyond. One table of `num_buckets × num_heads` scalars serves
 #   a whole stack.
 # - Attention is unscaled (the `1/√d_kv` lives in the init of `q`, lesson 03b) and runs as one SDPA call (fused at CPU inference, and expected to be on GPU, not profiled here; the math path for self-attention's learned bias in CPU training) with
 #   the bias as an additive mask; it equals the textbook `softmax(q·kᵀ + bias)·v` and HF's `T5Attention` within

@@ -186,9 +186,9 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # %% [markdown]
 # In the cell above one process prepared text more slowly than the GPU at 50% MFU consumes it: 0.30M raw tokens/s for
 # the whole pipeline in the saved output (2 speeches per call; the speed varies with the machine's load) against the
-# 660k needed. That is not the whole story: the benchmark, which hands the tokenizer the whole corpus in one call so
-# its Rust code runs on both cores of its 2-core machine, reached 936,268 raw tokens/s
-# (`benchmarks/results/cpu_2026-12-05/spans.log`). The comparison is rough too (the 660k counts tokens of T5's
+# 660k needed. That is not the whole story: the benchmark reached 936,268 raw tokens/s
+# (`benchmarks/results/cpu_2026-12-05/spans.log`), with the whole corpus in one call, on another machine, its
+# tokenizer threads not limited in either run; which of those differences accounts for the gap is not isolated. The comparison is rough too (the 660k counts tokens of T5's
 # vocabulary, these speeds the demo's, on speeches), and at the MFU the course measured a quarter to a third of that
 # rate is needed. What decides it is that the training process has other work (launching kernels, logging,
 # checkpoints), and a faster GPU or a better MFU needs more text: preparing it in the training process takes that
@@ -210,7 +210,7 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # `IterableDataset.state_dict()` is a position (which shard, how many examples into it, and, after a
 # batched `map`, where the current batch started), and `load_state_dict` starts reading there. torchdata's
 # `StatefulDataLoader` collects that state from every worker, along with how far each worker's batches got.
-# That state is one position per process and per worker (each reads its own shards), so a run must resume with
+# That state is one position per process and per worker (its own shards when they divide evenly among the processes, otherwise its own share of the examples), so a run must resume with
 # the same number of processes and of data workers; a resume refuses any other ([07b](07b_checkpoints.ipynb)).
 #
 # One piece of the usual pipeline does not resume exactly: a rolling shuffle buffer (`IterableDataset.shuffle`)
@@ -428,9 +428,9 @@ test_eq([w.is_alive() for st in (stream, resumed) for w in st._loader._iterator.
 # training ends, and a stream still open when Python exits is closed first. A training process killed outright
 # (`kill -9`, the out-of-memory killer, a Colab runtime restart) runs none of that, so each worker also asks the
 # kernel to kill it when its parent dies (Linux's `PR_SET_PDEATHSIG`, when the trainer started it directly) and keeps
-# a thread that ends the worker once the trainer is gone (`_die_with_trainer`): otherwise a worker busy in a long block build, which never reaches torch's own
-# 5-second check on its parent, would outlive the trainer with its memory and shared-memory files
-# (`tests/test_robust.py` kills a trainer with SIGKILL, with idle workers and with workers held in a block build, and
+# a thread that ends the worker once the trainer is gone (`_die_with_trainer`): otherwise a worker blocked in its work (a slow read, or a full pipe to a dead trainer), which never reaches
+# torch's own 5-second check on its parent, would outlive the trainer with its memory and shared-memory files
+# (`tests/test_robust.py` kills a trainer with SIGKILL, with idle workers and with workers held in their work by a long sleep, and
 # finds no worker left).
 #
 # What `train` ([08](08_real_runs.ipynb)) calls: the corpus's documents (`load_texts`: in memory, or a stream for C4,
@@ -487,7 +487,7 @@ def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, mi
 # - Each process of a run takes its own slice of every global batch, drawn from one seeded permutation per epoch:
 #   disjoint rows with no communication.
 # - T5-Base on an H200 at 50% MFU consumes about 660k raw tokens per second; one process prepared text more slowly
-#   than that in the cell above (the benchmark, with the tokenizer on both cores, was faster), and the training
+#   than that in the cell above (the benchmark, set up differently, was faster), and the training
 #   process has work of its own, so a streamed corpus is prepared in `DataLoader` worker processes (threads against
 #   processes not measured).
 # - `datasets`' streams resume from a position (shard, example), and torchdata's `StatefulDataLoader` collects it from
