@@ -61,7 +61,8 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # scoring each run on 512 held-out rows drawn across all validation speeches by its **held-out loss** and two
 # gains. **`span_gain`**: the loss when a row is decoded from the encoder input of *another passage of the same
 # speech* minus the loss with its own input. The other passage (the neighbouring one) says which speech the row is from and little of what stood
-# around its blanks, so a positive `span_gain` means the model fills spans from their context. **`document_gain`**:
+# around its blanks, so a positive `span_gain` means the row's own passage (its words around the blanks, and its local topic) helps
+# more than a neighbouring one. **`document_gain`**:
 # the loss with a passage of *another speech* minus the loss with another passage of the same one — what knowing the
 # speech (its era, its topics) is worth. Lesson 05 builds this evaluation (`evaluate`); here it is only a tool.
 #
@@ -295,10 +296,10 @@ print(f"one run here ({sum(p.numel() for p in T5(RECIPE['model']).parameters()) 
 #   5.012 ± 0.017 and 5.021 ± 0.019), at one lr, picked for AdamWScale in lesson 07's demo sweep (one seed per rate, a fixed time budget: 868
 #   steps at 4e-2, more than these 300; by encoder gain; 8e-2 trained there but never used the encoder) and never for Adafactor. A hypothesis, not tested (this grid
 #   does not sweep AdamWScale's lr): at the same lr, lesson 04's measurement has Adafactor move its tensors by 0.72–0.99 × lr per step
-#   and AdamWScale by 0.13–0.32 × lr (each tensor's mean over the last 50 steps), so AdamWScale at a larger lr might
+#   and AdamWScale by 0.13–0.32 × lr (each tensor's mean over the last 50 steps), so AdamWScale at a larger lr (below 8e-2, which in lesson 07's one-seed sweep ended at a much higher loss) might
 #   close the gap. nanoT5's table, at 65,536 steps, has AdamWScale ahead only under cosine (1.953 against 1.993);
 #   under inverse-sqrt Adafactor leads there too (1.995 against 2.040).
-# - **Schedules**: for Adafactor, inverse-sqrt beats cosine by 0.025 (seed spread 0.007–0.008); for AdamWScale the
+# - **Schedules**: for Adafactor, inverse-sqrt beats cosine by 0.025 (sd over 3 seeds 0.007–0.008); for AdamWScale the
 #   0.008 gap is within the spread (0.017–0.019), so it ranks nothing.
 # - **Plain AdamW** at 4e-2 is far behind (5.738 ± 0.047, above lesson 05's per-position unigram baseline, 5.547); at the lowest of its three rates (1e-3, the edge of the
 #   sweep: 5.158 ± 0.006; one seed of 3e-3, 5.165, ended about one seed sd above the same seed at 1e-3: not separated) it is still 0.137 nats or more behind all

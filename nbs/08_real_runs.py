@@ -12,7 +12,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 
 # %% [markdown]
 # The loop of [05](05_pretraining.ipynb) is all of pre-training, but it cannot survive a crash, says nothing while it
-# runs, and uses one device. This lesson grows it into `fit`, the loop that `train` (pre-training, here) and `finetune` run (pre-training here,
+# runs, and uses one device. This lesson grows it into `fit`, the loop that `train` and `finetune` run (pre-training here,
 # fine-tuning in [09](09_finetuning.ipynb)), from the pieces of the lessons before: the evaluation of
 # [05](05_pretraining.ipynb), the streams of [06](06_streams.ipynb), the config tree of [07](07_config.ipynb), the
 # checkpoints of [07b](07b_checkpoints.ipynb). Then
@@ -69,7 +69,7 @@ cpu_peak = {torch.bfloat16: matmul_peak_flops(torch.bfloat16)}  # 07: the CPU's 
 # | evaluation | held-out loss, accuracy and the encoder gain (span gain + document gain), not the training loss, say what was learned | [05](05_pretraining.ipynb) |
 # | a resumable data stream | the same batches after a restart; streamed corpora in worker processes | [06](06_streams.ipynb) |
 # | one config tree, errors before compute; FLOPs, MFU, memory | every knob in one place; a typo stops the run at once; how much of the hardware the run uses | [07](07_config.ipynb) |
-# | a logging window and evaluation during the run | numbers while it runs, without a device sync per step (evaluation time is kept out of ms/step) | step 1, below |
+# | a logging window and evaluation during the run | numbers while it runs, without a device sync per step (under fp16 the loss scaler still syncs once a step) (evaluation time is kept out of ms/step) | step 1, below |
 # | atomic, checked checkpoints; exact resume | a killed run loses only the steps since its last checkpoint | [07b](07b_checkpoints.ipynb); into the loop in step 2, below |
 # | 🤗 Accelerate | the same loop on a CPU, a GPU or several | step 3, below |
 # | a NaN guard, stopping on signals, MFU, compile | a clean stop; how much of the hardware the run uses | The loop, below (the signals: [07b](07b_checkpoints.ipynb)'s `StopRequest`) |
@@ -767,7 +767,9 @@ test_eq(all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0]), True
 # first step moves every weight whose gradient is well above Adam's eps by about the learning rate, 1e30: still finite in fp32), and the loss of step 2 is NaN. Note what the guard can and cannot promise: it
 # sees a loss, so the checkpoint of step 1, written before that loss existed, already holds the blown-up
 # weights. That is why the message points one checkpoint further back when needed (`checkpoint.keep_last`
-# keeps two; to resume from the older one, move the newest `step_*` folder aside and run again) — here there is none before step 1, so the only way on is to start again (`checkpoint.resume=never`)
+# keeps two, for inspection: a resume from the older one — after moving the newest `step_*` folder out of
+# `checkpoints/` — repeats the same updates exactly and restores the checkpoint's learning rate, so the message's
+# "lower optim.lr" needs a new run) — here there is none before step 1, so the only way on is to start again (`checkpoint.resume=never`)
 # with a sane learning rate:
 
 # %%

@@ -120,7 +120,7 @@ if controls:
 # (right panel; the numbers are in `results/finetune_controls.json`), and the number of distinct outputs grows from 11
 # to 23 of 30. So tokenization, prompt, loss, generation and scoring work together well enough to learn and score
 # what the model is shown (on the checkpoint-loading path and on training instances; the experiment's HF-export path
-# is covered by a test, `tests/test_finetune.py`, and the held-out split by a check in lesson 09). A broken pipeline does not explain the constant answers of 09's annotated run (and the few,
+# is checked on a tiny fp32 model by a test, `tests/test_finetune.py` (the real runs' starts still differ: below), and the held-out split by a check in lesson 09). A broken pipeline does not explain the constant answers of 09's annotated run (and the few,
 # repeated answers of this lesson's experiment below); what is left is the scale of the model and its pre-training,
 # or the fine-tuning recipe (200 steps at a constant rate, greedy decoding), which this control does not separate.
 
@@ -193,13 +193,13 @@ else:
 # The runs use 10 instances per task, the training size where the experiment below finds pre-training's largest effect
 # on the lowest held-out loss (the table has one block of rows per training size the results hold); 3 seeds per start,
 # mean ± sd. Its step 3,000 has the same pre-training measurements as the experiment's pre-trained start below (another
-# run of the same preset), yet before any fine-tuning its held-out loss on the same batch is 8.257 (every seed) where
+# run of the same preset), yet before any fine-tuning its held-out loss on the same held-out instances is 8.257 (every seed) where
 # the experiment's start has 8.165 (as at step 0 of [09](09_finetuning.ipynb)'s annotated run): the difference is in the starting weights or in how they are loaded (here:
 # checkpoints for steps 500–3,000 and an HF export of the random init for step 0; in the experiment below, the run's
 # HF export), not in fine-tuning noise, and we have not isolated it (the two loading paths give
 # identical weights and losses in a test of a tiny fp32 model, `tests/test_finetune.py`; the two paths also read the
 # tokenizer from different places, and the runs are bf16: candidates we have not ruled out). Compare rows within one
-# table, not across (step 0 comes through the export path; its drop to step 500 is more than ten times the 8.257/8.165
+# table, not across (step 0 comes through the export path; its drop to step 500 in the loss before fine-tuning is more than ten times the 8.257/8.165
 # difference). Its step 0 is the random init `train` would start from
 # (`random_init_start`), not the experiment's `sni.random_init`.
 
@@ -505,7 +505,7 @@ assert 1e4 < ratio < 1e5
 # %% [markdown]
 # ## What you learned
 #
-# - Positive controls tell "too small" from "broken": the pipeline memorises most of 30 training instances (a setting where it
+# - Positive controls tell a broken pipeline from a working one: the pipeline memorises most of 30 training instances (a setting where it
 #   must succeed), and the name-copy share, on which no single-name constant beats the most frequent restaurant's share,
 #   shows that the small models do not read their input reliably (a few of their rare varying answers do; the best share of the 30 runs, 24%, twice the best constant, is one seed
 #   of part (c)'s random-init start whose other seeds score 8%: too few instances to call it reading,
@@ -519,7 +519,7 @@ assert 1e4 < ratio < 1e5
 # - A lower loss and the same greedy answers are compatible: the loss scores the probability of every reference token,
 #   greedy decoding only the most likely answer. Rank accuracy stayed flat too; the held-out loss averages over tokens,
 #   and a classification answer is a word or two against an E2E sentence's many (a likely reason, not measured here).
-# - Along one pre-training run the lowest fine-tuned loss falls at every checkpoint; its largest drop comes while
+# - Along one pre-training run the lowest fine-tuned loss falls at every checkpoint; its largest drop (at step 500, where `document_gain` is about a quarter of its final value) comes while
 #   `span_gain` is still small. Two gains that grow together along one run cannot be told apart by its checkpoints.
 # - A result at 6.6M parameters and minutes of CPU pre-training is a statement about that scale, not about T5-Base
 #   (its `t5-base` preset: about 48,000 times the pre-training compute).
