@@ -20,7 +20,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # `finetune`, `evaluate`); one argument style for the three jobs (flags for paths, `key=value` overrides,
 # `--print-config` — for `pretrain`, validated and with memory and time estimates); exit statuses a scheduler can act on; and
 # `saved_overrides`, which relaunches or resumes a run from its saved `config.yaml`. The lesson ends with a
-# 20-step pre-training run from the command line, repeated exactly (on CPU) from its saved config.
+# 20-step pre-training run from the command line, repeated from its saved config (equal logged losses, on CPU).
 
 # %%
 #| default_exp cli
@@ -76,7 +76,7 @@ def corpus_stats_cmd(args: argparse.Namespace) -> int:
 # `key=value` items, so `--config RUN_DIR` rebuilds the same config, and overrides after it change it. Each value is
 # written so that it reads back as itself: a plain string as it is, anything else (numbers, booleans, `null`, lists,
 # a string such as `"true"` that would read back as a boolean) as JSON. Launched in the same run
-# directory, the rebuilt config resumes the run (`checkpoint.resume=auto`); with `logging.run_dir=NEW` it repeats
+# directory, the rebuilt config resumes the run (when the saved `checkpoint.resume` is `auto`, the default); with `logging.run_dir=NEW` it repeats
 # the run elsewhere.
 
 # %%
@@ -441,9 +441,10 @@ test_eq((resolved["model"]["d_model"], resolved["optim"]["lr"], resolved["train"
 # %% [markdown]
 # After the YAML come what the config will cost, as comment lines (so the output still reads as YAML): GPU memory
 # from `estimate_memory` and time from `flops_per_step` at an assumed MFU ([07](07_config.ipynb)), for the GPUs
-# people have. They are estimates (lesson 07 measured this code's T5-Base bf16 steps at 12.1–16.2% MFU and its
+# people have. They are estimates (the H200 run of `benchmarks/gpu_check.sh` that lesson 07 quotes measured this code's T5-Base bf16 steps at 12.1–16.2% MFU and its
 # uncompiled memory peaks at up to 1.21 times the estimate on an H200, `benchmarks/results/h200_2026-12-04/gpu_check.log`,
-# so read the times as lower bounds and a "fits" near the limit with care); `benchmarks/gpu_check.sh` (in the repository, not in the installed package:
+# so the times are likely underestimates, and a "fits" near the limit needs care; that log's colab-t4 peak
+# belongs to another section of the check, so this preset's memory is not measured); `benchmarks/gpu_check.sh` (in the repository, not in the installed package:
 # clone it) measures memory and speed on your GPU for a T5-Base step and the colab-t4 preset, not for any printed config. The Colab preset:
 
 # %%
@@ -470,7 +471,7 @@ test_eq(sorted(p.name for p in (run_dir / "checkpoints").iterdir()), ["step_0000
 # first check: it equals the config built from the same overrides), and overrides after it win. Relaunched in a
 # new directory, the same config repeats the run: the logged training and held-out losses (`loss`, `eval_loss`) are equal (on CPU; a
 # GPU repeat is not tested). (In the same directory it would
-# resume from the last checkpoint instead, `checkpoint.resume=auto`.)
+# resume from the last checkpoint instead, when the saved `checkpoint.resume` is `auto`, the default.)
 
 # %%
 from nanot5_edu.config import make_config
@@ -516,7 +517,7 @@ losses(again)
 #    What has to be saved in `config.yaml` (and fixed by seeds) for that to hold?
 # 9. `--config RUN_DIR` resumes when the run directory is the same, and repeats the run when
 #    `logging.run_dir` points elsewhere. Why is resuming the right default for the same directory?
-# 10. The 20-step run's validation loss falls from 9.42 to 5.84; the baselines are 5.91 (unigram entropy) and
+# 10. The 20-step run's validation loss falls from 9.42 to 5.84; the baselines are 5.91 (the plain unigram cross-entropy, printed as "unigram entropy") and
 #     5.55 (per-position unigram). What has the model learned by step 20, and what has it not?
 # 11. Why do the package's own errors print one line while any other exception keeps its traceback?
 # 12. `corpus-stats c4` refuses with status 2. Why can it not count C4 the way it counts the speeches?
