@@ -126,7 +126,7 @@ RUN_PRESETS = {
                  "logging.run_dir=runs/colab-t4"],
 }
 # t5-base's micro-batch of 128 needs ~57 GiB by estimate_memory (an 80 GB card); 4 micro-batches of 32 (~17 GiB)
-# fit a 24 GB card (L4, A10, RTX 4090) or a 40 GB A100, with the same optimizer step
+# should fit a 24 GB card (L4, A10, RTX 4090) or a 40 GB A100 by the estimate, with the same optimizer step
 RUN_PRESETS["t5-base-24gb"] = RUN_PRESETS["t5-base"] + ["optim.grad_acc=4", "logging.run_dir=runs/t5-base-24gb"]
 
 

@@ -186,7 +186,7 @@ RUN_PRESETS = {
                  "logging.run_dir=runs/colab-t4"],
 }
 # t5-base's micro-batch of 128 needs ~57 GiB by estimate_memory (an 80 GB card); 4 micro-batches of 32 (~17 GiB)
-# fit a 24 GB card (L4, A10, RTX 4090) or a 40 GB A100, with the same optimizer step
+# should fit a 24 GB card (L4, A10, RTX 4090) or a 40 GB A100 by the estimate, with the same optimizer step
 RUN_PRESETS["t5-base-24gb"] = RUN_PRESETS["t5-base"] + ["optim.grad_acc=4", "logging.run_dir=runs/t5-base-24gb"]
 
 
@@ -608,9 +608,10 @@ test_close(base_total / 2**30, 57, eps=1); test_close(base4_total / 2**30, 17, e
 
 # %% [markdown]
 # Every preset at once: the memory of one step on a GPU (`estimate_memory`) and the time of the run (`estimate_time`)
-# on one A100 (the 40 GB and 80 GB cards share the peak; presets estimated above 40 GiB need the 80 GB one) at an assumed 30% MFU (about what our count gives for nanoT5's step time, above; this package's own bf16 steps
+# on one A100 (the 40 GB and 80 GB cards share the peak; presets estimated above 40 GiB need the 80 GB one, and since measured peaks ran above the estimate, so may
+# presets estimated a little below it) at an assumed 30% MFU (about what our count gives for nanoT5's step time, above; this package's own bf16 steps
 # measured 12.1–16.2% uncompiled and 12.7% compiled on an H200, `benchmarks/results/h200_2026-12-04/gpu_check.log`;
-# no A100 was measured, so for this code the hours are likely an underestimate). Estimates from the formulas above, not measurements:
+# no A100 was measured; if an A100 behaves alike, the hours are an underestimate for this code). Estimates from the formulas above, not measurements:
 
 # %%
 a100 = PEAK_TFLOPS["NVIDIA A100-SXM4-40GB"]  # dense bf16 TFLOP/s, from the table above
@@ -637,8 +638,8 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 #   CPU the peak is measured with a large matmul.
 # - A step's memory is weights (4 bytes per parameter), gradients (4), AdamW's moments (8), 16-bit weight copies (2),
 #   and activations and logits, which grow with the micro-batch × tokens × layers.
-# - The `t5-base` micro-batch of 128 needs about 57 GiB by the estimate (68.5 GiB measured on an H200); `optim.grad_acc=4` gives the same optimizer step
-#   in about 17 GiB by the estimate (19.6 GiB measured on an H200).
+# - The `t5-base` micro-batch of 128 needs about 57 GiB by the estimate (68.5 GiB measured uncompiled on an H200); `optim.grad_acc=4` gives the same optimizer step
+#   in about 17 GiB by the estimate (19.6 GiB measured uncompiled on an H200; the one compiled step measured peaked below its estimate).
 # - (Appendix) fp16 needs loss scaling; the demo model, with fp32 master weights and residual stream, stays far below
 #   fp16's largest number in its `Linear` layers (attention's products not measured).
 #
@@ -684,7 +685,7 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 # make it train. **Loss scaling**: the loss is multiplied by a large factor
 # before `backward` so small gradients stay representable, and the gradients are divided by it before the update;
 # when a gradient overflows to inf, the step is skipped and the factor halved (`torch.amp.GradScaler`, which
-# `train.precision=fp16` gets from Accelerate). The loss itself is finite on such a step — only the gradients
+# `train.precision=fp16` gets from Accelerate on a GPU; on a CPU `make_accelerator` adds one). The loss itself is finite on such a step — only the gradients
 # overflowed — so the NaN guard of `fit` ([08](08_real_runs.ipynb)), which reads losses, does not stop the run; the logged gradient norm of a
 # skipped step is inf or NaN (`tests/test_precision_memory.py` forces skipped steps and checks both). **fp32 where it matters**: master weights, the residual stream and the loss stay fp32, as in
 # bf16. Loss scaling cannot fix an *activation* above 65,504. T5's largest are the feed-forward's `wo` outputs, so
@@ -903,7 +904,7 @@ for r in sorted(sweep, key=lambda r: (r["budget_s"], -r["encoder_gain"])):
 # - **The learning rate matters, up to a cliff.** With 1 + 1 layers: 1e-2 gives 0.030, 2e-2 0.074, 4e-2 **0.080**
 #   (and the lowest loss of the runs with the default vocabulary and 128-token inputs), 8e-2 trains but never uses the encoder (loss
 #   5.06, gain 0.000).
-#   4e-2 is half the rate that broke; the demo's 3,000-step run (lesson 05) shows whether it holds over a longer schedule.
+#   4e-2 is half the rate at which the encoder went unused; the demo's 3,000-step run (lesson 05) shows whether it holds over a longer schedule.
 # - On the 2 + 2 model, batch 8 and batch 16 are within a hundredth of each other (0.062, 0.068). On the 4 + 4
 #   model, batch 64 (79 steps in the budget) and plain AdamW at 1e-3 end with higher losses than the old default (5.073
 #   and 5.048 against 4.929) and no higher gain. Inputs of 64 tokens give a lower loss (not comparable: shorter inputs
