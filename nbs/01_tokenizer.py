@@ -72,7 +72,7 @@ print(f"punctuation split off: {len(bare):,} distinct words, {1 - sum(c for _, c
 
 # %% [markdown]
 # Whitespace words keep punctuation and case attached (`Congress,` and `Congress.` count apart), which makes the
-# word vocabulary look worse than it is; the last line splits punctuation off and still leaves words out. Either way
+# word vocabulary look worse than it is; the last line splits punctuation off (case is still kept) and still leaves words out. Either way
 # a word vocabulary has a tail, and every new name lands in it.
 
 # %% [markdown]
@@ -283,7 +283,7 @@ test_eq(unigram(valid_texts[:2], padding=True, truncation=True, max_length=4).in
 # `▁appropriations` above are one piece each), beside short pieces for the stems and endings that rare words are built
 # from (`ment`, `ly` above). Middle: each distinct
 # word of the 20,000 most frequent is counted once, and whitespace "words" keep their punctuation (`Congress,` is
-# `▁Congress` + `,`), so many take 2 tokens; weighted by how often words occur, the average is the 1.2 pieces
+# `▁Congress` + `,`), so many take 2 tokens; over all running words (not just these 20,000) the average is the ≈ 1.2 pieces
 # per word measured above. Right: documents are long — the median speech is several thousand tokens, so a
 # nanoT5-sized training row (568 tokens, derived in [02_span_corruption](02_span_corruption.ipynb); the CPU demo's are
 # shorter) is mostly a slice of one speech (packing joins two speeches at an EOS now and then).
@@ -359,7 +359,7 @@ test_eq(round(2 * 32_128 * 256 / 1e6, 1), 16.4)                     # the embedd
 # %% [markdown]
 # ## The real T5 vocabulary
 #
-# T5's own vocabulary is on the Hugging Face hub: `google/t5-v1_1-base` (the same `spiece.model` as `t5-base`; 32,000 pieces, 100 sentinels on top). `load_tokenizer` takes the hub name like a directory.
+# T5's own vocabulary is on the Hugging Face hub: `google/t5-v1_1-base` (T5's 32,000-piece vocabulary, §3.1.3 of the T5 paper, with 100 sentinels on top). `load_tokenizer` takes the hub name like a directory.
 # Our loader must give exactly the ids of `transformers`' own T5 tokenizer on awkward text — whitespace runs,
 # unicode, digits, newlines — and the known ids. In transformers 5 that tokenizer is one class, `T5Tokenizer`, backed
 # by the Rust `tokenizers` library (`T5TokenizerFast` is the same class), and our loader goes through it too, so that
