@@ -12,7 +12,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 
 # %% [markdown]
 # Lesson [05](05_pretraining.ipynb) trained the CPU demo and measured it: an encoder gain of 0.198 nats, of which
-# reading the words around each blank (`span_gain`) is only 0.027 and knowing which speech it is (`document_gain`)
+# what the row's own passage adds beyond knowing the speech (`span_gain`: the words around each blank, and more) is only 0.027 and knowing which speech it is (`document_gain`)
 # 0.171. This lesson looks behind those averages: first what the model writes in the blanks and where its gain comes
 # from, blank by blank and by kind of token, then a cloze probe; second, when the skill emerges: six recipes given the
 # same 5 minutes, span filling against training compute, and an extrapolation, labelled as one. It adds nothing to the
@@ -110,7 +110,7 @@ for i in range(len(b["input_ids"])):
 # the words around it (if (c) is as high as (a), it is (b)'s passage that misleads, not (a)'s that helps); one where (a) and (b) are level but (c) is lower is one where knowing the speech was enough.
 # A single blank's gap is noisy (in the saved output some blanks even score higher under (b) than under (a)), so no one
 # blank shows span filling. In the saved output many blanks score about the same under all three inputs; of those that do not, the second kind
-# is at least as common as the first. In the passage of speech 6 on a treaty with Great Britain,
+# is at least as common as the first (read by eye: the lesson sets no threshold). In the passage of speech 6 on a treaty with Great Britain,
 # "formally colonized" has log-probability −19.9 with its own input and −19.8 with the neighbouring passage, but
 # −24.8 with another speech's: for this blank, knowing the speech was enough (one blank: an illustration, not evidence). The
 # greedy fills are the other half of the story: nearly every blank gets "the" or "of the" (the last blank of each row
@@ -135,11 +135,12 @@ for g in GAINS:
 
 # %% [markdown]
 # The "all" row repeats the run's final evaluation (4.324, 4.351, 4.522). Sentinels and EOS (27.6% of the targets)
-# gain nothing measurable from the input here (span and document gain −0.001 each, encoder gain −0.002). That is not forced: the model never sees the
-# mask, and its own input shows where the text resumes after each sentinel, so an input can say where a span ends;
+# gain nothing measurable from the input here (span and document gain −0.001 each, encoder gain −0.002). That is not forced: the model is never told how long
+# each span is, but its own input shows where the text resumes after each sentinel, so an input can say where a span ends;
 # this model predicts them about as well from another passage's input (loss 0.769, 0.769 and 0.767 under the three inputs). Both kinds of span token
 # gain about the same from the row's own context: 0.038 nats for tokens that also stand elsewhere in the input and
-# 0.036 for the rest. So there is **no sign of copying** by this test: a model that copied words it can see in its
+# 0.036 for the rest (point estimates: this split has no intervals; the untrained model's noise in lesson 05 is a
+# rough yardstick). So there is **no sign of copying** by this test: a model that copied words it can see in its
 # input would show a larger `span_gain` on the first kind than on the second (a weak test: frequent words also stand
 # in the other passage's input, so copying them would cancel out of the gain). Knowing the speech is worth more for the
 # span tokens that are not in the input, which are also the harder ones (`document_gain` 0.288 against 0.178; loss
