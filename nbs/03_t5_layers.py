@@ -480,7 +480,7 @@ test_close(ff(x), ref_ff(x), eps=1e-6)
 # fp32 when a model is loaded in fp16 (not bf16: `_keep_in_fp32_modules = ["wo"]` in `modeling_t5.py`, added for
 # flan-t5-xxl) and clamps the block's fp16 hidden states to fp16's range after each sublayer. Ours computes `wo` in fp32 under fp16 autocast (autocast
 # off for that one matmul); its output joins the residual stream, which is fp32 already. bf16 has fp32's range and
-# needs no guard. The price is one matmul in fp32: on an H200, a T5-Base fp16 step (micro-batch 32) took 1.035 times as
+# needs no guard. The price is `wo`'s matmuls (forward and backward) in fp32 and an fp32 copy of its input: on an H200, a T5-Base fp16 step (micro-batch 32) took 1.035 times as
 # long with the guard as without it with TF32 on, as `fit` runs, and 1.30 times in an earlier run with TF32 off (torch's default then, not recorded in that file; the two runs differ in more than TF32, their unguarded steps too; `benchmarks/fp16_path.py`;
 # its records `fp16_path_2.json` and `fp16_path.json` in `benchmarks/results/h200_2026-12-04/`); a T4 has no TF32. The check below
 # scales `wo` until its outputs reach about 10⁵ and runs the layer three ways (CPU autocast supports fp16 too).
@@ -583,7 +583,7 @@ test_close(guarded, reference, eps=reference.abs().max() * 1e-2)
 # it a gradient), so with a bias PyTorch is expected to dispatch to the *memory-efficient* kernel on GPU (which supports
 # an additive mask, and its gradient; not profiled here, and the choice can change with the GPU and torch version). On CPU the flash-CPU kernel runs only where the mask needs no gradient (at inference under `torch.no_grad()`, and
 # in cross-attention); in training the learned relative bias sends self-attention to the unfused
-# *math* path (matmul → add → softmax → matmul, half inputs upcast to fp32), as the profile below shows for torch on
+# *math* path (matmul → add → softmax → matmul; half inputs are upcast to fp32 there, torch's default), as the profile below shows for torch on
 # CPU (the GPU dispatch is not profiled here: check it on your GPU by creating the tensors of `sdpa_kernels` below on `cuda`).
 #
 # **The position bias after training.** The learned relative-position bias per head is only worth plotting
