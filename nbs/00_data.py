@@ -504,12 +504,13 @@ print(format_stats(stats))
 # address was a report that grew longer, to about 27,000 words under Theodore Roosevelt and
 # Taft. Wilson read it aloud again in 1913; since then the **spoken** address has stayed between about 2,000 and
 # about 11,000 words. Not every dot labelled spoken was. Among those sent in writing, as the American Presidency
-# Project's list of the addresses (presidency.ucsb.edu) records, are for example Wilson's of 1919 and 1920, the one at about
+# Project's table of the addresses and how each was delivered (presidency.ucsb.edu, "State of the Union Addresses
+# and Messages") records, are for example Wilson's of 1919 and 1920, the one at about
 # 28,000 words in 1946, which is Truman's message, Coolidge's messages of 1925–1928 and Hoover's of 1929, among
 # them the 10,995 words of 1929-Hoover-1 printed with the plot; the package's metadata labels them all spoken. The
-# other way round, some items labelled written after 1913 are not written addresses: a few are radio addresses or
-# remarks (1945-Roosevelt-2 and 1956-Eisenhower-2, by their source addresses), and most belong to Nixon's series of
-# written messages of 1973. Written messages still appeared now and then, and the two longest speeches of all are
+# other way round, some items labelled written after 1913 are not State of the Union addresses (`is_sotu` False): a radio address
+# and remarks (1945-Roosevelt-2 and 1956-Eisenhower-2, by their source addresses), and Nixon's 1973 series of
+# topical written messages. Written messages still appeared now and then, and the two longest speeches of all are
 # written: Carter's last two written messages (1980 and 1981). Each dot is a speech; the
 # validation speeches (orange) sit along the whole timeline, as the split rule intends. With the plot, each
 # era's shortest, median and longest speeches:

@@ -235,7 +235,8 @@ assert v3[-1] < v3[0]
 # are checked (one read for all of them) before each of those, and the message names the step and the last
 # checkpoint. The logged tokens/s is this process's tokens (padding included) times the number of processes — the whole job's
 # when every process's batches have the same shape, as in pre-training; MFU is this process's FLOPs over
-# its own device's peak, which under N processes equals the job's: N times the FLOPs over N times the peak.
+# its own device's peak, which under N processes equals the job's when every process does the same FLOPs (batches of the same shape, as
+# in pre-training): N times the FLOPs over N times the peak.
 # With `train.compile=true` the compiled module runs the training steps only: evaluation (another mode, without gradients, with three encoder inputs and often
 # another batch size, each of which would make the compiler build another graph) runs the same weights uncompiled; and the first step, which
 # compiles, is left out of the first window's ms/step (its time is printed on its own), unless that step is itself a
@@ -412,7 +413,7 @@ def evaluate_during_run(step: int, model, unwrapped: T5, valid_batches: list[dic
 # **Out of memory.** `fit` runs each micro-batch's forward and backward inside `with _explain_oom(cfg, accelerator, batch)`
 # (not the optimizer step, where the optimizer's state is first allocated, nor evaluation): a CUDA out-of-memory
 # error comes back as a `TrainingError` that names the micro-batch, the memory estimate of [07](07_config.ipynb) and
-# the smallest `optim.grad_acc` the estimate says fits, or doubling it when none up to 64 does (built in 07's "Appendix: an out-of-memory error that names the fix").
+# `optim.grad_acc` times the smallest factor (2–64, dividing the micro-batch) the estimate says fits, or times 2 when none does (built in 07's "Appendix: an out-of-memory error that names the fix").
 
 # %% [markdown]
 # **`fit`.** The bare loop's lines are all here, in the `while` loop: a micro-batch (`next(stream)`), forward under
@@ -513,7 +514,8 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
 
 # %% [markdown]
 # With several processes, two things should be checkable after a run: that the processes' first batches differ (the
-# rank split of [06](06_streams.ipynb) is what makes their rows differ), and that they all end with the same weights. That instrumentation stays out of `fit`: `train` wraps the batch stream in
+# hash is taken after each process's own corruption, so it differs even for equal rows; the rank split of
+# [06](06_streams.ipynb) is what makes their rows differ, and 06 checks the rows themselves), and that they all end with the same weights. That instrumentation stays out of `fit`: `train` wraps the batch stream in
 # `FirstBatchHash`, which passes every batch through and remembers a hash of the first, and after `fit` each process
 # writes `processes/rank_R.json` with that hash and a hash of its weights (both in [06](06_streams.ipynb)'s "Appendix:
 # which rows did each process train on?"; Try it 3 below compares the two files).
