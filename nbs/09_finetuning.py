@@ -380,7 +380,7 @@ def option_log_likelihoods(model: T5, input_ids: torch.Tensor,  # [batch, source
 
 # %% [markdown]
 # Checked against a hand computation: a tiny random T5, two prompts of different lengths (so one is padded) with
-# three options of different lengths, each option's log-likelihood also computed alone — one unpadded prompt,
+# options of two lengths (three for the first prompt, two for the second; "maybe so" is longer than "yes" and "no"), each option's log-likelihood also computed alone — one unpadded prompt,
 # one option, $\sum_t \log \mathrm{softmax}(\text{logits}_t)[o_t]$:
 
 # %%
@@ -750,7 +750,7 @@ if one:
 # 3. Rouge-L of "a b c d" against "a x c y" is 50. Work it out by hand.
 # 4. How can rank accuracy be 100 while exact match is 0 on the same instances?
 # 5. On E2E NLG, copying the input beats the majority answer on Rouge-L. Why, and why is copying still not a model?
-# 6. The annotated run's held-out loss falls from 8.165 to 3.844 while its scores stay at the majority baseline. What did
+# 6. The annotated run's held-out loss falls from 8.165 to 3.844 while its overall greedy Rouge-L and exact match stay at the majority baseline. What did
 #    it learn?
 # 7. Would sampling instead of greedy decoding make the annotated run's outputs depend on the input?
 # 8. A task's majority answer is taken from its instances that are *not* evaluated. What would be wrong with taking it
