@@ -187,7 +187,7 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # In the cell above one process prepared text more slowly than the GPU at 50% MFU consumes it: 0.30M raw tokens/s for
 # the whole pipeline in the saved output (2 speeches per call; the speed varies with the machine's load) against the
 # 660k needed. That is not the whole story: the benchmark reached 936,268 raw tokens/s
-# (`benchmarks/results/cpu_2026-12-05/spans.log`), with the whole corpus in one call, on another machine, its
+# (`benchmarks/results/cpu_2026-12-05/spans.log`), with the whole corpus in one call, possibly on another machine (the notebook's is not recorded), its
 # tokenizer threads not limited in either run; which of those differences accounts for the gap is not isolated. The comparison is rough too (the 660k counts tokens of T5's
 # vocabulary, these speeds the demo's, on speeches), and at the MFU the course measured a quarter to a third of that
 # rate is needed. What decides it is that the training process has other work (launching kernels, logging,
@@ -230,7 +230,7 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # block while the training process uses the current one, which is meant to hide the build. Measured: with the demo
 # model and 2 workers the training process waited for data 2.5% of its steps' time
 # (`benchmarks/results/cpu_2026-12-05/stream.log`, with nothing to compare against); with a faster consumer
-# (`benchmarks/results/cpu_2026-12-05/stream_stalls.log`, one run per setting) it waited 21.0% of the time with 4 batches ready and 15.0% with a
+# (`benchmarks/results/cpu_2026-12-05/stream_stalls.log`, one run per setting) it waited 21.0% of the time with 4 batches ready per worker and 15.0% with a
 # block's worth, a difference of about one stall, and a wait as long as a block build remained in both: that the
 # overlap works is not shown. The cost is memory for the finished batches: a block of token ids per worker, megabytes at T5-Base's
 # sizes.
@@ -484,7 +484,7 @@ def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, mi
 #
 # - A stream's whole state is a position: for rows in memory `(epoch, position)` plus the collator's RNG; restoring
 #   it gives exactly the next batches, masks included.
-# - Each process of a run takes its own slice of every global batch, drawn from one seeded permutation per epoch:
+# - For rows in memory, each process of a run takes its own slice of every global batch, drawn from one seeded permutation per epoch:
 #   disjoint rows with no communication.
 # - T5-Base on an H200 at 50% MFU consumes about 660k raw tokens per second; one process prepared text more slowly
 #   than that in the cell above (the benchmark, set up differently, was faster), and the training
