@@ -101,7 +101,7 @@ class Config:
 
 # %% ../nbs/07_config.ipynb #40a0da97
 RUN_PRESETS = {
-    # the recipe where the encoder starts to matter soonest on 2 CPU cores (the sweep in this lesson's appendix, 07_config)
+    # the recipe with the highest encoder gain after 150 s on 2 CPU cores (one seed) (the sweep in this lesson's appendix, 07_config)
     "cpu-demo": ["model.num_layers=1", "model.num_decoder_layers=1", "optim.lr=4e-2", "train.total_steps=3000",
                  "eval.every_steps=250", "checkpoint.every_steps=500", "logging.every_steps=50"],
     "t5-base": ["model_preset=t5-v1_1-base", "data.corpus=c4", "data.tokenizer=google/t5-v1_1-base",

@@ -108,9 +108,9 @@ for i in range(len(b["input_ids"])):
 # %% [markdown]
 # What to look for: a blank whose true span is much likelier under (a) than under both (b) and (c) is one the model filled from
 # the words around it (if (c) is as high as (a), it is (b)'s passage that misleads, not (a)'s that helps); one where (a) and (b) are level but (c) is lower is one where knowing the speech was enough.
-# A single blank's gap is noisy (in the saved output some blanks even score higher under (b) than under (a)), so no one
+# A single blank's gap is noisy (in the saved output about half the blanks even score higher under (b) than under (a)), so no one
 # blank shows span filling. In the saved output many blanks score about the same under all three inputs; of those that do not, the second kind
-# is at least as common as the first (read by eye: the lesson sets no threshold). In the passage of speech 6 on a treaty with Great Britain,
+# is clearly more common than the first (read by eye: the lesson sets no threshold; count them). In the passage of speech 6 on a treaty with Great Britain,
 # "formally colonized" has log-probability −19.9 with its own input and −19.8 with the neighbouring passage, but
 # −24.8 with another speech's: for this blank, knowing the speech was enough (one blank: an illustration, not evidence). The
 # greedy fills are the other half of the story: nearly every blank gets "the" or "of the" (the last blank of each row

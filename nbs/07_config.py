@@ -161,7 +161,7 @@ class Config:
 # %%
 #| export
 RUN_PRESETS = {
-    # the recipe where the encoder starts to matter soonest on 2 CPU cores (the sweep in this lesson's appendix, 07_config)
+    # the recipe with the highest encoder gain after 150 s on 2 CPU cores (one seed) (the sweep in this lesson's appendix, 07_config)
     "cpu-demo": ["model.num_layers=1", "model.num_decoder_layers=1", "optim.lr=4e-2", "train.total_steps=3000",
                  "eval.every_steps=250", "checkpoint.every_steps=500", "logging.every_steps=50"],
     "t5-base": ["model_preset=t5-v1_1-base", "data.corpus=c4", "data.tokenizer=google/t5-v1_1-base",
@@ -599,7 +599,7 @@ test_close(base_total / 2**30, 57, eps=1); test_close(base4_total / 2**30, 17, e
 # `benchmarks/results/h200_2026-12-04/gpu_check.json`): the bf16 step's peak memory was 19.6 GiB at micro-batch 32
 # and 68.5 GiB at micro-batch 128, both uncompiled, 1.13 and 1.21 times the estimate (the file's `peak_over_estimate`).
 # So the estimate runs low at these sizes for uncompiled steps: read it as a floor and leave room (the one compiled
-# step measured, at micro-batch 32, peaked at 0.92× the estimate). Both measured peaks (allocated memory; the CUDA context and the
+# step measured, at micro-batch 32, with a graph break since fixed, peaked at 0.92× the estimate). Both measured peaks (allocated memory; the CUDA context and the
 # allocator's reserve add more) are below the memory of the cards named above (24 GB, 80 GB), the 24 GB one by little, so whether the step fits
 # a 24 GB card was not measured; `grad_acc=2` on a 40 GB card was not measured and has less room to spare. A run that still
 # runs out of memory stops with a `TrainingError` that names the micro-batch, this estimate and the `optim.grad_acc`
@@ -610,7 +610,7 @@ test_close(base_total / 2**30, 57, eps=1); test_close(base4_total / 2**30, 17, e
 # Every preset at once: the memory of one step on a GPU (`estimate_memory`) and the time of the run (`estimate_time`)
 # on one A100 (the 40 GB and 80 GB cards share the peak; presets estimated above 40 GiB need the 80 GB one, and since measured peaks ran above the estimate, so may
 # presets estimated a little below it) at an assumed 30% MFU (about what our count gives for nanoT5's step time, above; this package's own bf16 steps
-# measured 12.1–16.2% uncompiled and 12.7% compiled on an H200, `benchmarks/results/h200_2026-12-04/gpu_check.log`;
+# measured 12.1–16.2% uncompiled and 12.7% compiled (with a graph break since fixed, not re-timed) on an H200, `benchmarks/results/h200_2026-12-04/gpu_check.log`;
 # no A100 was measured; if an A100 behaves alike, the hours are an underestimate for this code). Estimates from the formulas above, not measurements:
 
 # %%
@@ -639,7 +639,7 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 # - A step's memory is weights (4 bytes per parameter), gradients (4), AdamW's moments (8), 16-bit weight copies (2),
 #   and activations and logits, which grow with the micro-batch × tokens × layers.
 # - The `t5-base` micro-batch of 128 needs about 57 GiB by the estimate (68.5 GiB measured uncompiled on an H200); `optim.grad_acc=4` gives the same optimizer step
-#   in about 17 GiB by the estimate (19.6 GiB measured uncompiled on an H200; the one compiled step measured peaked below its estimate).
+#   in about 17 GiB by the estimate (19.6 GiB measured uncompiled on an H200; the one compiled step measured, with a graph break since fixed, peaked below its estimate).
 # - (Appendix) fp16 needs loss scaling; the demo model, with fp32 master weights and residual stream, stays far below
 #   fp16's largest number in its `Linear` layers (attention's products not measured).
 #

@@ -82,7 +82,8 @@ cpu_peak = {torch.bfloat16: matmul_peak_flops(torch.bfloat16)}  # 07: the CPU's 
 # its own share of the batch, and averages the gradients across processes after every backward pass; **gloo**
 # is PyTorch's communication backend for CPUs, which is how the tests run two DDP processes on a laptop (GPUs use
 # NCCL); **TF32** is an NVIDIA matmul mode for fp32 inputs with a 10-bit mantissa, faster than
-# full fp32 on the GPUs that have it (the course measures no speed-up of TF32 over full fp32; its fp32 benchmark rows run with TF32 on), which `make_accelerator` (below) turns on on a GPU for every matmul that runs in fp32 (all of them in an
+# full fp32 on the GPUs that have it (the course measures no speed-up of TF32 over full fp32 — its fp32 benchmark rows run with TF32 on; nanoT5
+# reports a higher MFU with TF32 than in full fp32), which `make_accelerator` (below) turns on on a GPU for every matmul that runs in fp32 (all of them in an
 # fp32 run; in a bf16 run only those outside autocast, such as the greedy samples of an evaluation).
 
 # %% [markdown]

@@ -443,8 +443,9 @@ test_eq((resolved["model"]["d_model"], resolved["optim"]["lr"], resolved["train"
 # from `estimate_memory` and time from `flops_per_step` at an assumed MFU ([07](07_config.ipynb)), for the GPUs
 # people have. They are estimates (the H200 run of `benchmarks/gpu_check.sh` that lesson 07 quotes measured this code's T5-Base bf16 steps at 12.1–16.2% MFU and its
 # uncompiled memory peaks at up to 1.21 times the estimate on an H200, `benchmarks/results/h200_2026-12-04/gpu_check.log`,
-# so the times are likely underestimates, and a "fits" near the limit needs care; that log's colab-t4 peak
-# belongs to another section of the check, so this preset's memory is not measured); `benchmarks/gpu_check.sh` (in the repository, not in the installed package:
+# so the times are likely underestimates, and a "fits" near the limit needs care; the same log timed this
+# colab-t4 preset on that H200 at 78–85 ms/step after warm-up, several times the estimate printed below for a card of
+# the same peak, while its memory peak there belongs to another section of the check, so its memory is not measured); `benchmarks/gpu_check.sh` (in the repository, not in the installed package:
 # clone it) measures memory and speed on your GPU for a T5-Base step and the colab-t4 preset, not for any printed config. The Colab preset:
 
 # %%
