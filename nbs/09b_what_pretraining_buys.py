@@ -120,7 +120,7 @@ if controls:
 # (right panel; the numbers are in `results/finetune_controls.json`), and the number of distinct outputs grows from 11
 # to 23 of 30. So tokenization, prompt, loss, generation and scoring work together well enough to learn and score
 # what the model is shown (on the checkpoint-loading path and on training instances; the experiment's HF-export path
-# is checked on a tiny fp32 model by a test, `tests/test_finetune.py` (the real runs' starts still differ: below), and the held-out split by a check in lesson 09). A broken pipeline does not explain the constant answers of 09's annotated run (and the few,
+# is checked on a tiny fp32 model by a test, `tests/test_finetune.py` (the real runs' starts still differ: below), and the held-out split by a check in lesson 09). On the path checked here, a broken pipeline is an unlikely explanation of the constant answers of 09's annotated run (and the few,
 # repeated answers of this lesson's experiment below); what is left is the scale of the model and its pre-training,
 # or the fine-tuning recipe (200 steps at a constant rate, greedy decoding), which this control does not separate.
 
@@ -165,9 +165,11 @@ if controls:
 # most 4 of 25), against 12% (3 of 25) for the best single-name constant ("The Phoenix", tied with "The Waterman") and
 # 8% for the majority answer, so the best runs beat the best constant by one instance. The share hides the few answers that vary: a
 # run that repeats one text on most inputs may still read the others. The end of each line counts them: most runs'
-# varying answers rarely name their input's restaurant, but one (random init, n = 30, seed 0) names it in 4 of its 5.
-# So no run reads its input reliably, and a few of the rare varying answers do track it — too few answers to measure
-# how much. What Rouge-L gives the runs on E2E is mostly shared words. The memorisation run names the restaurant in all 5 of its own E2E training instances (best constant 20%),
+# varying answers rarely name their input's restaurant, but one (random init, n = 30, seed 0) names it in 4 of its 5,
+# by switching between memorised sentences with the input (3 of the 4 are one Phoenix sentence), not by copying the name.
+# So no run reads its input reliably — too few varying answers to measure how much any does. What Rouge-L gives the
+# runs on E2E is mostly words any E2E sentence shares with the reference, not the input's details (not measured
+# separately). The memorisation run names the restaurant in all 5 of its own E2E training instances (best constant 20%),
 # but it reproduces those instances' references word for word (`final_predictions` in `results/finetune_controls.json`),
 # so this shows that generation and scoring credit a correct name, not that the model copies one from its input.
 
@@ -254,7 +256,8 @@ if controls:
 # means of E2E Rouge-L (18.5–24.1), seen exact match (16.2–20.4), rank accuracy (45.3–57.3, chance 50) and the name
 # share (5.3–13.3%; the best single-name constant scores 12% on these 25 E2E instances, control (b) above) move within their
 # seed spreads, with no trend beyond them. Which gain does the transfer follow? Along one pre-training run both rise
-# together, so four checkpoints cannot separate them; but the largest drop in fine-tuned loss comes in the first 500
+# together, so four checkpoints cannot separate them; but the largest drop in fine-tuned loss (about five times the loading-path gap of the start above, whose effect after
+# fine-tuning is not measured) comes in the first 500
 # steps (6.310 to 5.835) while `span_gain` is still small, 0.003 [0.001, 0.005] against 0.027 at step 3,000: that part
 # of what pre-training buys comes before most of the span filling. By step 500 the pre-training run's own held-out loss
 # has also done most of its fall (the table's second column; much of that fall is learning token frequencies, which
