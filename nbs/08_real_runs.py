@@ -79,7 +79,7 @@ cpu_peak = {torch.bfloat16: matmul_peak_flops(torch.bfloat16)}  # 07: the CPU's 
 # together.
 #
 # Three terms that come with Accelerate: **DDP** (DistributedDataParallel) runs one process per device, each on
-# its own share of the batch, and averages the gradients across processes after every backward pass; **gloo**
+# its own share of the batch, and averages the gradients across processes in the backward pass (with gradient accumulation, only in the last micro-batch's); **gloo**
 # is PyTorch's communication backend for CPUs, which is how the tests run two DDP processes on a laptop (GPUs use
 # NCCL); **TF32** is an NVIDIA matmul mode for fp32 inputs with a 10-bit mantissa, faster than
 # full fp32 on the GPUs that have it (the course measures no speed-up of TF32 over full fp32 — its fp32 benchmark rows run with TF32 on; nanoT5
@@ -700,7 +700,8 @@ def plot_run(run_dir: str | Path, baselines: dict | None = None) -> Path:
 # %% [markdown]
 # ## A few steps, for real
 #
-# The cell below runs `train` on the cpu-demo preset shrunk to a smaller model and a few steps: loss goes down,
+# The cell below runs `train` on the cpu-demo preset with a narrower feed-forward (`d_ff` 256; its `model.num_layers=1` is the preset's own
+# value, so changes nothing) and a few steps: loss goes down,
 # metrics are logged, checkpoints are written, and the HF export loads in plain `transformers`. With the
 # CPU's measured bf16 matmul peak ([07](07_config.ipynb)'s `matmul_peak_flops`) as `train.peak_tflops`, the log lines report MFU on a CPU too.
 

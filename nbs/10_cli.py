@@ -145,7 +145,7 @@ def resource_estimates(cfg, world_size: int = 1, mfu: float = 0.3) -> str:
 # ## `pretrain`: the main job
 #
 # `nanot5-edu pretrain [PRESET] [key=value ...]` runs `train` from [08_real_runs](08_real_runs.ipynb) and ends by
-# naming what it produced: the run directory, the final validation loss (for an in-memory corpus, next to the unigram baselines it has to beat to show more than token frequencies;
+# naming what it produced: the run directory, the final validation loss (for an in-memory corpus and the span-corruption objective, next to the unigram baselines it has to beat to show more than token frequencies;
 # the 20-step run below has not beaten the per-position one yet),
 # the loss plot and the Hugging Face export. `--config RUN_DIR` starts from a saved run's config instead of a
 # preset.
@@ -215,7 +215,8 @@ def pretrain_cmd(args: argparse.Namespace) -> int:
 # one), the model's Rouge-L, exact match and rank-classification accuracy, each followed by its baselines on the
 # same instances (the task's majority answer; for Rouge-L and exact match also a copy of the input). `evaluate` reads the same `sni.*` keys as
 # `finetune`'s own evaluation (`sni.seen_instances_per_task`, `sni.unseen_instances_per_task`,
-# `sni.max_source_length`, `sni.max_target_length` as the generation length, `sni.eval_batch_size`), and writes
+# `sni.max_source_length`, `sni.max_target_length` as the generation length, `sni.eval_batch_size`, `sni.num_pos_examples`,
+# `sni.data_dir`), and writes
 # the JSON into a local checkpoint's directory (`sni_eval.json`: in a fine-tuned run's directory it replaces the
 # fine-tune's own scores, so give `--out` to keep both), to the current directory for a hub name, or to `--out`.
 
@@ -497,7 +498,7 @@ losses(again)
 #   `train.max_minutes`) writes a checkpoint and exits 3; anything else is a bug and keeps its traceback.
 # - Every run saves its resolved `config.yaml`; `--config RUN_DIR` rebuilds that config, resuming in the same
 #   directory and repeating the run (its logged losses equal, on CPU) in a new one.
-# - `pretrain` ends by naming what it produced: run directory, validation loss (next to its baselines for an in-memory corpus), loss
+# - `pretrain` ends by naming what it produced: run directory, validation loss (next to its baselines for an in-memory corpus and span corruption), loss
 #   plot, Hugging Face export.
 #
 # ## Questions
