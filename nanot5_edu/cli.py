@@ -65,6 +65,7 @@ def config_yaml(cfg) -> str:
 
 
 # GPUs people have: memory a process can use (GiB) and the name PEAK_TFLOPS knows them by
+# the memory (GiB) each card reports to CUDA, rounded: nominal, not measured by this course
 CARDS = {"Tesla T4": 14.7, "NVIDIA L4": 22.0, "NVIDIA A100-SXM4-40GB": 39.4, "NVIDIA A100-SXM4-80GB": 79.3,
          "NVIDIA H100 80GB HBM3": 79.2}
 
@@ -96,7 +97,13 @@ def pretrain_cmd(args: argparse.Namespace) -> int:
     preset = items.pop(0) if items and "=" not in items[0] else None
     if preset and args.config:
         raise ConfigError(f"Give a preset ({preset}) or --config, not both: the saved config sets every key.")
-    cfg = make_config(preset or "cpu-demo", [*saved_overrides(args.config), *items] if args.config else items)
+    saved = saved_overrides(args.config) if args.config else []
+    new_model = next((i.split("=", 1)[1] for i in reversed(items) if i.startswith("model_preset=")), None)
+    if args.config and new_model is not None and f"model_preset={new_model}" not in saved:
+        raise ConfigError(f"model_preset={new_model} cannot change the model of the saved run {args.config} (its config "
+                          f"fixes every model.* key): start from a preset (`nanot5-edu pretrain PRESET model_preset={new_model}`) "
+                          "or override single model.* keys.")
+    cfg = make_config(preset or "cpu-demo", [*saved, *items])
     if args.print_config:  # checked first: a config that cannot run is an error here too
         validate_config(cfg, int(os.environ.get("WORLD_SIZE", 1)))
         print(config_yaml(cfg) + resource_estimates(cfg, int(os.environ.get("WORLD_SIZE", 1))), end="")

