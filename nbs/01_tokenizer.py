@@ -52,7 +52,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 # ## Why subwords
 #
 # Two naive choices bracket the design space. **Words** give short sequences but an open vocabulary: every
-# new name or misspelling is out of vocabulary. **Characters** almost never miss (bytes never do), but make sequences ~6 symbols per
+# new name or misspelling is out of vocabulary. **Characters** almost never miss (bytes never do), but make sequences ~6 symbols (spaces included) per
 # word (below) where subwords need about 1.2 (measured further down), and attention cost grows with the square of the length. Subword units sit in between: frequent words are
 # one piece, rare words split into a few known pieces. Let us see the trade-off on the corpus (`load_corpus`
 # comes from [00_data](00_data.ipynb): `from nanot5_edu.data import load_corpus`):
@@ -321,7 +321,7 @@ assert 3_500 < rows_per_epoch < 4_500
 
 # %% [markdown]
 # One pass over the speeches is about 30 steps of 128 rows of 568 tokens (lesson 05's CPU demo takes shorter rows,
-# 16 a step, so a pass is many more of its steps); nanoT5 sees over 2,000 times more text, every
+# 16 a step, so a pass is many more of its steps); nanoT5 sees over 2,000 times more tokens (each counted in its own vocabulary), every
 # row new. So a CPU run on this corpus can at best learn what is frequent *within* it — function words, the
 # spelling of common words, the set phrases of addresses to Congress ("the state of the Union", "fellow
 # citizens") and local grammar — and, run for many epochs, could start to memorise the speeches themselves
@@ -495,7 +495,8 @@ test_fail(lambda: sentinel_ids(load_tokenizer(tmp / "no_sentinels"), 100), conta
 #    why can a vocabulary trained on speeches from 1790–2026 not keep it whole?
 # 3. "unconstitutionally" starts with a lone `▁` under unigram. What does that piece mean, and what does it
 #    tell you about how `unconstitutional` is stored in the vocabulary?
-# 4. Why does the training sample its lines with a fixed seed? What would go wrong for a saved model if a
+# 4. On a corpus with more lines than `max_sentences` (the speeches have fewer: every line is used here), why does
+#    the training sample its lines with a fixed seed? What would go wrong for a saved model if a
 #    retrain of "the same" tokenizer gave different ids?
 # 5. `train_sentencepiece` trains on the corpus's non-empty *lines*, at most `max_sentences` of them, not on
 #    whole speeches. Why lines, and what does the cap protect you from on a large corpus such as C4?

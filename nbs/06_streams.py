@@ -144,7 +144,7 @@ test_eq(torch.cat(shares), rows[torch.randperm(len(rows), generator=torch.Genera
 print(f"state after 5 batches: epoch {state['epoch']}, position {state['position']} rows (+ the collator's RNG)")
 
 # %% [markdown]
-# ## Streamed corpora: why a GPU needs data workers
+# ## Streamed corpora and data workers
 #
 # C4 does not fit in memory, so it is read as a stream and tokenized, packed and corrupted on the way. How
 # fast must that be? A T5-Base step at nanoT5's batch of 128 rows of 568 raw tokens (span corruption turns each into 512
@@ -184,15 +184,18 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 
 
 # %% [markdown]
-# In the cell above one process prepared text more slowly than the GPU at 50% MFU consumes it: 0.30M raw tokens/s for
-# the whole pipeline in the saved output (2 speeches per call; the speed varies with the machine's load) against the
-# 660k needed. That is not the whole story: the benchmark reached 936,268 raw tokens/s
-# (`benchmarks/results/cpu_2026-12-05/spans.log`), with the whole corpus in one call, possibly on another machine (the notebook's is not recorded), its
-# tokenizer threads not limited in either run; which of those differences accounts for the gap is not isolated. The comparison is rough too (the 660k counts tokens of T5's
-# vocabulary, these speeds the demo's, on speeches), and at the MFU the course measured a quarter to a third of that
-# rate is needed. What decides it is that the training process has other work (launching kernels, logging,
-# checkpoints), and a faster GPU or a better MFU needs more text: preparing it in the training process takes that
-# process's CPU time and leaves no headroom. So, like nanoT5, the text is prepared in
+# **What was measured.** In the cell above one process prepared 0.30M raw tokens/s for the whole pipeline in the
+# saved output (2 speeches per call, on a machine not recorded; the speed varies with the machine and its load, so your
+# rerun may well be faster), against the 660k an H200 at 50% MFU consumes. The benchmark reached 936,268 raw tokens/s
+# (`benchmarks/results/cpu_2026-12-05/spans.log`) with the whole corpus in one call, its tokenizer threads not limited
+# in either run; which difference accounts for the gap is not isolated. The comparison is rough too (the 660k counts
+# tokens of T5's vocabulary, these speeds the demo's, on speeches), and at the MFU the course measured a quarter to a
+# third of that rate is needed, which one process covers in both measurements. So these measurements do not show
+# that one process is too slow for this code on an H200.
+#
+# **Why workers anyway (design reasons, not measured here).** The training process has other work (launching
+# kernels, logging, checkpoints), and a faster GPU or a better MFU needs more text; text prepared elsewhere takes
+# none of the training process's CPU time. So, like nanoT5, the text is prepared in
 # `torch.utils.data.DataLoader` **worker processes** (processes rather than threads: the packing, the conversion of
 # rows to tensors and `datasets`' row-by-row iteration are Python code, which Python's global interpreter lock would
 # run one thread at a time, though the Rust tokenizer, most of the pipeline's time in the cell above, releases it;
@@ -223,14 +226,14 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 #
 # A block is built in one go: a worker tokenizes and packs 2,048 rows of 568 raw tokens before it hands out the
 # first batch of it, seconds of one core at the speeds above. Meanwhile the training process lives on the batches
-# the workers have ready. A few are not enough: with 2 workers taking turns and a few batches ready each (the
-# `DataLoader`'s `prefetch_factor` keeps 2 per worker unless told otherwise), those last a few steps, well under a
-# second of the H200 step above, against a build of seconds, so the GPU would wait at every block. So each worker
+# the workers have ready. A few are not enough: the `DataLoader`'s `prefetch_factor` keeps 2 per worker unless told
+# otherwise, so 2 workers have 4 micro-batches ready, at most 4 steps of about a tenth of a second on the H200 above:
+# well under a second, against a build of seconds, so the GPU would wait at every block. So each worker
 # keeps a **whole block's batches** ready (`prefetch`, by default `shuffle_buffer / micro_batch`): it builds its next
 # block while the training process uses the current one, which is meant to hide the build. Measured: with the demo
 # model and 2 workers the training process waited for data 2.5% of its steps' time
 # (`benchmarks/results/cpu_2026-12-05/stream.log`, with nothing to compare against); with a faster consumer
-# (`benchmarks/results/cpu_2026-12-05/stream_stalls.log`, one run per setting) it waited 21.0% of the time with 4 batches ready per worker and 15.0% with a
+# (`benchmarks/results/cpu_2026-12-05/stream_stalls.log`, one run per setting) it waited 21.0% of the time with 4 batches ready per worker (this package's earlier default, not torch's 2) and 15.0% with a
 # block's worth, a difference of about one stall, and a wait as long as a block build remained in both: that the
 # overlap works is not shown. The cost is memory for the finished batches: a block of token ids per worker, megabytes at T5-Base's
 # sizes.
@@ -486,10 +489,10 @@ def training_stream(cfg: Config, tokenizer, collator: SpanCorruptionCollator, mi
 #   it gives exactly the next batches, masks included.
 # - For rows in memory, each process of a run takes its own slice of every global batch, drawn from one seeded permutation per epoch:
 #   disjoint rows with no communication.
-# - T5-Base on an H200 at 50% MFU consumes about 660k raw tokens per second; one process prepared text more slowly
-#   than that in the cell above (the benchmark, set up differently, was faster), and the training
-#   process has work of its own, so a streamed corpus is prepared in `DataLoader` worker processes (threads against
-#   processes not measured).
+# - T5-Base on an H200 at 50% MFU consumes about 660k raw tokens per second; one process prepared 0.30M in the cell
+#   above and 936k in the benchmark (`benchmarks/results/cpu_2026-12-05/spans.log`, set up differently), more than the measured MFU needs. A streamed corpus is
+#   still prepared in `DataLoader` worker processes, to keep the training process free (a design reason, not
+#   measured; nor are threads against processes).
 # - `datasets`' streams resume from a position (shard, example), and torchdata's `StatefulDataLoader` collects it from
 #   every worker.
 # - A rolling shuffle buffer loses its contents on resume; a block shuffle seeded by the block's position does not,
@@ -559,8 +562,8 @@ positions(saved["loader"]["_snapshot"]["_worker_snapshots"]["worker_0"]["dataset
 #
 # Lesson 08 trains in several processes (DDP), each with its own `rank` of the `BatchStream` above. Two things must
 # then hold: the processes read *different* rows (the rank split above), and they
-# end with the *same* weights (DDP averages their gradients). Lesson 08's `train` (imported from `nanot5_edu.train`,
-# as in lesson 05) wraps its stream in `FirstBatchHash`: every batch passes through unchanged, and the sha256 of the
+# end with the *same* weights (DDP averages their gradients). Lesson 08's `train` (exported to `nanot5_edu.train`,
+# which lesson 05 imports) wraps its stream in `FirstBatchHash`: every batch passes through unchanged, and the sha256 of the
 # first batch's `input_ids` is kept. After training, each process writes `processes/rank_R.json` with that hash and a
 # hash of its final weights. The hash is taken after span corruption, and each process corrupts
 # with its own seed, so different first-batch hashes show only that the processes' first batches differ — that they

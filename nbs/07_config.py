@@ -70,7 +70,7 @@ model = T5(dataclasses.replace(MODEL_PRESETS["tiny"], num_layers=1, num_decoder_
 # Every knob lives in one dataclass tree with commented defaults. The presets: `cpu-demo` (the default:
 # tiny model, embedded corpus, minutes rather than hours on 2 CPU cores: [05](05_pretraining.ipynb)), `t5-base` (T5-Base
 # on C4 with nanoT5's schedule and lr at T5's batch of 128 rows a step, for an 80 GB GPU)
-# and `t5-base-16h` (nanoT5's 16-hour budget), and for smaller GPUs `t5-base-24gb` (the same run in micro-batches
+# and `t5-base-16h` (nanoT5's 16-hour budget at nanoT5's own speed; the estimates below are this code's), and for smaller GPUs `t5-base-24gb` (the same run in micro-batches
 # of 32) and `colab-t4` (a T5-Small-sized model in fp16 for Colab's free T4). Their memory comes from
 # `estimate_memory` and their time from `estimate_time`, both built in "Memory you can predict" below (the table
 # there covers the `t5-base` family, the one after it every preset). One
@@ -600,8 +600,8 @@ test_close(base_total / 2**30, 57, eps=1); test_close(base4_total / 2**30, 17, e
 # and 68.5 GiB at micro-batch 128, both uncompiled, 1.13 and 1.21 times the estimate (the file's `peak_over_estimate`).
 # So the estimate runs low at these sizes for uncompiled steps: read it as a floor and leave room (the one compiled
 # step measured, at micro-batch 32, with a graph break since fixed, peaked at 0.92× the estimate). Both measured peaks (allocated memory; the CUDA context and the
-# allocator's reserve add more) are below the memory of the cards named above (24 GB, 80 GB), the 24 GB one by little, so whether the step fits
-# a 24 GB card was not measured; `grad_acc=2` on a 40 GB card was not measured and has less room to spare. A run that still
+# allocator's reserve add more) are below the memory of the cards named above (24 GB, 80 GB), the 24 GB one by little; both were measured on the H200,
+# so neither fit was measured on the card itself (micro-batch 128 on an 80 GB card, micro-batch 32 on a 24 GB one); `grad_acc=2` on a 40 GB card was not measured and has less room to spare. A run that still
 # runs out of memory stops with a `TrainingError` that names the micro-batch, this estimate and the `optim.grad_acc`
 # that the estimate says fits (the estimate ran low above, so leave room; the appendix "an out-of-memory error that
 # names the fix").
@@ -862,9 +862,9 @@ def _explain_oom(cfg: Config, accelerator, batch: dict):
 # %% [markdown]
 # ## Appendix: how the `cpu-demo` preset was chosen
 #
-# The `cpu-demo` preset (the recipe of lesson 05's demo) came from an earlier sweep of 15 recipes at 150 s each, scored by the **encoder gain** (each
-# held-out row scored with the input of a row drawn across all speeches: (c) − (a), before the gain was split; these
-# short runs were not split, and in lesson 05's 3,000-step demo 0.171 of its 0.198 was `document_gain`). Each recipe there is a change to the demo's first default (nanoT5's shape scaled
+# The `cpu-demo` preset (the recipe of lesson 05's demo) came from an earlier sweep of 15 recipes at 150 s each, scored by the **encoder gain**: a held-out row's loss with the input of a row drawn across
+# all speeches minus its loss with its own input (lesson 05's (c) − (a)). These runs predate splitting it into span
+# and document gain; in lesson 05's 3,000-step demo 0.171 of its 0.198 was `document_gain`. Each recipe there is a change to the demo's first default (nanoT5's shape scaled
 # down: 4 + 4 layers at lr 2e-2), pinned by
 # [experiments/demo_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/demo_sweep.py). Losses
 # of different vocabulary sizes or input lengths are not comparable, and each point is one seed.

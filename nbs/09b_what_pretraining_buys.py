@@ -166,10 +166,10 @@ if controls:
 # 8% for the majority answer, so the best runs beat the best constant by one instance. The share hides the few answers that vary: a
 # run that repeats one text on most inputs may still read the others. The end of each line counts them: most runs'
 # varying answers rarely name their input's restaurant, but one (random init, n = 30, seed 0) names it in 4 of its 5,
-# by switching between memorised sentences with the input (3 of the 4 are one Phoenix sentence), not by copying the name.
+# by switching between memorised sentences with the input (3 of the 4 are variants of one memorised Phoenix reference, on the 3 Phoenix inputs), not by copying the name.
 # So no run reads its input reliably — too few varying answers to measure how much any does. What Rouge-L gives the
-# runs on E2E is mostly words any E2E sentence shares with the reference, not the input's details (not measured
-# separately). The memorisation run names the restaurant in all 5 of its own E2E training instances (best constant 20%),
+# runs on E2E is mostly words any E2E sentence shares with the reference, not the input's details: the four runs that give one text for all 25 E2E inputs (listing below) score as
+# much E2E Rouge-L as the others (the experiment's tables). The memorisation run names the restaurant in all 5 of its own E2E training instances (best constant 20%),
 # but it reproduces those instances' references word for word (`final_predictions` in `results/finetune_controls.json`),
 # so this shows that generation and scoring credit a correct name, not that the model copies one from its input.
 
@@ -256,12 +256,12 @@ if controls:
 # means of E2E Rouge-L (18.5–24.1), seen exact match (16.2–20.4), rank accuracy (45.3–57.3, chance 50) and the name
 # share (5.3–13.3%; the best single-name constant scores 12% on these 25 E2E instances, control (b) above) move within their
 # seed spreads, with no trend beyond them. Which gain does the transfer follow? Along one pre-training run both rise
-# together, so four checkpoints cannot separate them; but the largest drop in fine-tuned loss (about five times the loading-path gap of the start above, whose effect after
-# fine-tuning is not measured) comes in the first 500
+# together, so four checkpoints cannot separate them; but the largest drop in fine-tuned loss (about five times the gap between the two starts' losses before fine-tuning
+# above, whose cause is not isolated and whose effect after fine-tuning is not measured) comes in the first 500
 # steps (6.310 to 5.835) while `span_gain` is still small, 0.003 [0.001, 0.005] against 0.027 at step 3,000: that part
 # of what pre-training buys comes before most of the span filling. By step 500 the pre-training run's own held-out loss
 # has also done most of its fall (the table's second column; much of that fall is learning token frequencies, which
-# neither gain measures), and `document_gain` is partly there: which of them the transfer follows, these four
+# neither gain measures: [05](05_pretraining.ipynb)'s unigram baselines are 5.905 and 5.547 nats), and `document_gain` is partly there: which of them the transfer follows, these four
 # checkpoints cannot isolate.
 
 # %% [markdown]
@@ -455,7 +455,8 @@ if RESULTS.exists():
 #
 # - **A lower lowest held-out loss, less of it the more fine-tuning data** (on that measure only; at 100 per task the
 #   curves meet at about step 150, within the seed spread: the random start is lower early, the pre-trained one
-#   lower, just beyond the seed spread, only at step 200, in the figure's right panel). The pre-trained start's lowest held-out loss is
+#   lower, just beyond the seed spread, only at step 200, in the figure's right panel: the pre-trained runs' loss falls to
+#   the end, so their lowest is their final, while two of the three random runs are lowest at step 150 and rise by step 200). The pre-trained start's lowest held-out loss is
 #   lower than the random start's by 0.771 nats at 10 instances per task (5.413 ± 0.075 vs 6.184 ± 0.109) and 0.435
 #   at 30 (4.603 ± 0.040 vs 5.038 ± 0.047), both beyond the seed spread, and by 0.124 at 100 (3.887 ± 0.074 vs
 #   4.011 ± 0.071), within it. Read the "lowest" row with care: it is the minimum over each run's evaluations, chosen

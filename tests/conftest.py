@@ -45,8 +45,11 @@ def pytest_runtest_logreport(report):
 def pytest_sessionfinish(session, exitstatus):
     if not _RECORD or os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    import datetime, platform, re, time
+    import datetime, importlib.metadata, platform, re, time
     import torch
+    versions = {"python": platform.python_version(),
+                **{p: importlib.metadata.version(p) for p in ("torch", "transformers", "tokenizers", "datasets",
+                                                               "accelerate", "torchdata", "sentencepiece")}}
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     counts = {k: len([r for r in reporter.stats.get(k, []) if getattr(r, "when", "call") in ("call", "setup")])
               for k in ("passed", "failed", "skipped", "error")}
@@ -58,6 +61,6 @@ def pytest_sessionfinish(session, exitstatus):
               "workers": getattr(session.config.option, "numprocesses", None) or 1,
               "cpu": cpu, "cores": os.cpu_count(), "load_average_start": [round(x, 2) for x in _run["load_start"]],
               "load_average_end": [round(x, 2) for x in os.getloadavg()], "torch": torch.__version__,
-              "notebook_s": dict(sorted(notebooks.items())), "test_s": _run["durations"]}
+              "versions": versions, "notebook_s": dict(sorted(notebooks.items())), "test_s": _run["durations"]}
     with open(_RECORD, "w") as f:
         json.dump(record, f, indent=1)
