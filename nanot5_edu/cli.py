@@ -51,6 +51,17 @@ def saved_overrides(path: str | Path) -> list[str]:
     return [f"{k}={value(v)}" for k, v in _flat_items(OmegaConf.to_container(OmegaConf.load(path)))]
 
 
+def _no_new_model_preset(saved: list[str], items: list[str], config: str) -> list[str]:
+    "The saved items, unless the overrides name another model_preset: the saved model.* items would undo it"
+    from nanot5_edu.config import ConfigError
+    new = next((i.split("=", 1)[1] for i in reversed(items) if i.startswith("model_preset=")), None)
+    if new is not None and f"model_preset={new}" not in saved and any(i.startswith("model.") for i in saved):
+        raise ConfigError(f"model_preset={new} cannot change the model of the saved run {config} (its config fixes "
+                          f"every model.* key): start from a preset (`nanot5-edu pretrain PRESET model_preset={new}`) "
+                          "or override single model.* keys.")
+    return saved
+
+
 def _keep_flags(saved: list[str], args: argparse.Namespace) -> list[str]:
     "Drop the saved items that --checkpoint / --data replace (a flag beats the saved config)"
     drop = (("sni.checkpoint=", "model.") if getattr(args, "checkpoint", None) else ()) + \
@@ -65,7 +76,7 @@ def config_yaml(cfg) -> str:
 
 
 # GPUs people have: memory a process can use (GiB) and the name PEAK_TFLOPS knows them by
-# the memory (GiB) each card reports to CUDA, rounded: nominal, not measured by this course
+# approximate usable memory (GiB) of each card: nominal, not measured by this course
 CARDS = {"Tesla T4": 14.7, "NVIDIA L4": 22.0, "NVIDIA A100-SXM4-40GB": 39.4, "NVIDIA A100-SXM4-80GB": 79.3,
          "NVIDIA H100 80GB HBM3": 79.2}
 
@@ -97,12 +108,7 @@ def pretrain_cmd(args: argparse.Namespace) -> int:
     preset = items.pop(0) if items and "=" not in items[0] else None
     if preset and args.config:
         raise ConfigError(f"Give a preset ({preset}) or --config, not both: the saved config sets every key.")
-    saved = saved_overrides(args.config) if args.config else []
-    new_model = next((i.split("=", 1)[1] for i in reversed(items) if i.startswith("model_preset=")), None)
-    if args.config and new_model is not None and f"model_preset={new_model}" not in saved:
-        raise ConfigError(f"model_preset={new_model} cannot change the model of the saved run {args.config} (its config "
-                          f"fixes every model.* key): start from a preset (`nanot5-edu pretrain PRESET model_preset={new_model}`) "
-                          "or override single model.* keys.")
+    saved = _no_new_model_preset(saved_overrides(args.config), items, args.config) if args.config else []
     cfg = make_config(preset or "cpu-demo", [*saved, *items])
     if args.print_config:  # checked first: a config that cannot run is an error here too
         validate_config(cfg, int(os.environ.get("WORLD_SIZE", 1)))
@@ -133,7 +139,8 @@ def pretrain_cmd(args: argparse.Namespace) -> int:
         print(f"baselines:       unigram entropy {summary['unigram']:.3f}, "
               f"per-position unigram {summary['per_position_unigram']:.3f}")
     print(f"loss plot:       {summary['loss_plot']}")
-    print(f"HF export:       {summary['hf_export']}  (T5ForConditionalGeneration.from_pretrained)")
+    loads_with = "" if str(summary["hf_export"]).startswith("none") else "  (T5ForConditionalGeneration.from_pretrained)"
+    print(f"HF export:       {summary['hf_export']}{loads_with}")
     return 0
 
 # %% ../nbs/10_cli.ipynb #21bd0131
@@ -145,7 +152,8 @@ def _print_scores(scores: dict):
 
 def _finetune_config(args: argparse.Namespace, checkpoint: str | None):
     from nanot5_edu.finetune import make_finetune_config
-    saved = _keep_flags(saved_overrides(args.config), args) if args.config else []
+    saved = _no_new_model_preset(_keep_flags(saved_overrides(args.config), args), args.overrides, args.config) \
+        if args.config else []
     return make_finetune_config(checkpoint, args.data, [*saved, *args.overrides])
 
 

@@ -25,7 +25,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # | `spec` | what it loads |
 # |---|---|
 # | `"sotu"` | the embedded default corpus, split by year |
-# | a path or glob | your `.txt`, `.jsonl`/`.json` (a `text` field) or `.parquet` files |
+# | a path, folder or glob | your `.txt`, `.jsonl`/`.json` (a `text` field) or `.parquet` files (a folder is searched recursively and skips other suffixes; one type at a time) |
 # | `"c4"` | `allenai/c4`, config `en`, streamed (nanoT5's source; needs internet) |
 # | a folder or glob of C4 shards | the same, streamed from `c4-train.*.json.gz` files on disk |
 
@@ -295,7 +295,7 @@ test_fail(lambda: load_files(str(tmp / "one" / "all.txt"), txt_doc_per_file=True
 #   opening a socket, and name the setting and the local-files alternative.
 # - **Offline by accident.** Otherwise we just try. Probing the hub ourselves first would cost a network
 #   round trip on every call and still not prove that the download works, so we don't. If `datasets` cannot
-#   reach the hub (finding that out can take some seconds), its connection error is
+#   reach the hub (finding that out can take a while: `datasets` retries before it gives up), its connection error is
 #   re-raised as a `CorpusError` with the same advice.
 #
 # C4 on the hub is a folder of gzipped JSON-lines shards (`en/c4-train.00000-of-01024.json.gz`, …), one

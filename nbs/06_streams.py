@@ -148,7 +148,7 @@ print(f"state after 5 batches: epoch {state['epoch']}, position {state['position
 #
 # C4 does not fit in memory, so it is read as a stream and tokenized, packed and corrupted on the way. How
 # fast must that be? A T5-Base step at nanoT5's batch of 128 rows of 568 raw tokens (span corruption turns each into 512
-# encoder and 114 target tokens: [02](02_span_corruption.ipynb); the batch of nanoT5's published runs)
+# encoder and 114 target tokens: [02](02_span_corruption.ipynb); the batch of nanoT5's README loss and step-time runs; its time-budget configs use 256)
 # is 54.5 TFLOP (`flops_per_step`, counted in
 # [07](07_config.ipynb)); an H200 (989
 # TFLOP/s dense bf16) at 50% MFU, an optimistic target (nanoT5's A100 step is about 31% by lesson 07's count, and
@@ -232,7 +232,9 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # keeps a **whole block's batches** ready (`prefetch`, by default `shuffle_buffer / micro_batch`): it builds its next
 # block while the training process uses the current one, which is meant to hide the build. Measured: with the demo
 # model and 2 workers the training process waited for data 2.5% of its steps' time
-# (`benchmarks/results/cpu_2026-12-05/stream.log`, with nothing to compare against); with a faster consumer
+# (`benchmarks/results/cpu_2026-12-05/stream.log`, with nothing to compare against); on the H200, the colab-t4
+# preset's 200 steps waited for data 21.9% of their time, the first batch included, so start-up is not separated out
+# (`benchmarks/results/h200_2026-12-04/gpu_check.json`, `data_wait_fraction`; one run); with a faster consumer
 # (`benchmarks/results/cpu_2026-12-05/stream_stalls.log`, one run per setting) it waited 21.0% of the time with 4 batches ready per worker (this package's earlier default, not torch's 2) and 15.0% with a
 # block's worth, a difference of about one stall, and a wait as long as a block build remained in both: that the
 # overlap works is not shown. The cost is memory for the finished batches: a block of token ids per worker, megabytes at T5-Base's

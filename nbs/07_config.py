@@ -601,7 +601,7 @@ test_close(base_total / 2**30, 57, eps=1); test_close(base4_total / 2**30, 17, e
 # So the estimate runs low at these sizes for uncompiled steps: read it as a floor and leave room (the one compiled
 # step measured, at micro-batch 32, with a graph break since fixed, peaked at 0.92× the estimate). Both measured peaks (allocated memory; the CUDA context and the
 # allocator's reserve add more) are below the memory of the cards named above (24 GB, 80 GB), the 24 GB one by little; both were measured on the H200,
-# so neither fit was measured on the card itself (micro-batch 128 on an 80 GB card, micro-batch 32 on a 24 GB one); `grad_acc=2` on a 40 GB card was not measured and has less room to spare. A run that still
+# so neither fit was measured on the card itself (micro-batch 128 on an 80 GB card, micro-batch 32 on a 24 GB one); `grad_acc=2` on a 40 GB card was not measured either, and by the estimate has less room to spare than the 80 GB case. A run that still
 # runs out of memory stops with a `TrainingError` that names the micro-batch, this estimate and the `optim.grad_acc`
 # that the estimate says fits (the estimate ran low above, so leave room; the appendix "an out-of-memory error that
 # names the fix").
@@ -656,7 +656,8 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 #    what could the hand count include that the kernels do not run (or the reverse)?
 # 6. Why does a CPU need a *measured* peak for MFU, and why is a large square matmul the right thing to measure?
 # 7. Which of the five parts of a step's memory do not depend on the micro-batch?
-# 8. **Predict, then run:** in "What fits where", what total do you expect for `grad_acc=2`, from the rows for 1 and 4?
+# 8. **Predict, then check:** before reading its row in "What fits where", what total do you expect for `grad_acc=2`, from
+#    the rows for 1 and 4? Which parts of the total change with `grad_acc`, and which do not?
 # 9. Why does attention on the CPU (SDPA's math path) keep more bytes per token than CUDA's memory-efficient kernel,
 #    and how does it grow with the input length?
 # 10. The course fits smaller GPUs with `optim.grad_acc` rather than a 16-bit residual stream. What does each cost?

@@ -348,7 +348,7 @@ tok = train_tokenizer(load_corpus("sotu")["text"], DEMO_VOCAB_SIZE, Path(tempfil
 # %% [markdown]
 # ### Rank classification
 #
-# A small model's greedy answer to "Is the sentence plausible?" may be anything but yes or no (the annotated run's unseen Rouge-L on that task, in `sni_experiment.json`, is 0.0: its greedy text never
+# A small model's greedy answer to "Is the sentence plausible?" may be anything but yes or no (the annotated run of this lesson's last section has unseen Rouge-L 0.0 on that task, in `sni_experiment.json`: its greedy text never
 # matched) — it could be, say, a number, the format of another training task (multistep arithmetic's answers are
 # numbers) — even when it has learned that "no" is likelier than "yes". Rank
 # classification asks the model only to compare: for each option $o$ of the task, the log-likelihood of its tokens
@@ -850,7 +850,7 @@ test_eq((len(ds), report["skipped_empty_output"], ds[0]["majority"]), (1, {"task
 # 2.11), in one run, 12 batches of 12 different lengths took 75 s to compile and run, against 21 s with the lengths
 # bucketed (the unbucketed phase ran first, paying the compiler's first-use costs, and that run had a graph break
 # fixed since: a direction, not a measured factor) (`benchmarks/results/h200_2026-12-04/fp16_path.json`; batches of random token ids at fine-tuning lengths, on
-# T5-v1.1-Small).
+# T5-v1.1-Small: the file's header names T5-Base, the model of its other sections).
 
 # %%
 pairs = tokenize_sni(datasets.Dataset.from_dict({"source": ["a b c " * 50, "short"], "references": [["yes"], ["no"]]}),

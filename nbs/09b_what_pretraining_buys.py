@@ -169,7 +169,7 @@ if controls:
 # by switching between memorised sentences with the input (3 of the 4 are variants of one memorised Phoenix reference, on the 3 Phoenix inputs), not by copying the name.
 # So no run reads its input reliably — too few varying answers to measure how much any does. What Rouge-L gives the
 # runs on E2E is mostly words any E2E sentence shares with the reference, not the input's details: the four runs that give one text for all 25 E2E inputs (listing below) score as
-# much E2E Rouge-L as the others (the experiment's tables). The memorisation run names the restaurant in all 5 of its own E2E training instances (best constant 20%),
+# much E2E Rouge-L as the others (per-run scores in `results/sni_experiment.json`). The memorisation run names the restaurant in all 5 of its own E2E training instances (best constant 20%),
 # but it reproduces those instances' references word for word (`final_predictions` in `results/finetune_controls.json`),
 # so this shows that generation and scoring credit a correct name, not that the model copies one from its input.
 
@@ -468,7 +468,7 @@ if RESULTS.exists():
 #   (step 0 of the random runs, in `results/sni_experiment.json`; the figure's right panel shows it at n = 100).
 # - **No better generations.** Many runs answer many instances of E2E NLG with one text (its most frequent E2E output
 #   covers 5–25 of the 25 instances, listing above; 1–5 distinct E2E NLG outputs from the pre-trained runs, 1–13 from
-#   the random ones). So E2E Rouge-L (6–29 across runs) lands around the majority answer (18.3) and below copying the input
+#   the random ones). So E2E Rouge-L (6–29 across runs) lands around, mostly above, the majority answer (18.3) and below copying the input
 #   (34.7). At 100 per task the pre-trained runs even score lower (10.2 ± 4.4 against 22.8 ± 6.2), a "yes" isolated in
 #   its row (the other sizes say "no"); a hypothesis for it: the constants they settled on are short ("The Punter rating of 5 out of 5.", "The Wrestlers.") or another task's answer ("False").
 #   Which constant a run settles on changes with the seed; none of them reads its input reliably (control (b)).
@@ -509,7 +509,8 @@ assert 1e4 < ratio < 1e5
 # %% [markdown]
 # ## What you learned
 #
-# - Positive controls tell a broken pipeline from a working one: the pipeline memorises most of 30 training instances (a setting where it
+# - Positive controls tell a broken pipeline from a working one, on the path they check (checkpoint loading, training
+#   instances): the pipeline memorises most of 30 training instances (a setting where it
 #   must succeed), and the name-copy share, on which no single-name constant beats the most frequent restaurant's share,
 #   shows that the small models do not read their input reliably (a few of their rare varying answers do; the best share of the 30 runs, 24%, twice the best constant, is one seed
 #   of part (c)'s random-init start whose other seeds score 8%: too few instances to call it reading,

@@ -47,9 +47,9 @@
 # **Versions tested**: the newest, by these tests (the last recorded run above; `test_run.json` keeps its versions) — Python 3.11, torch 2.13.0 (CPU), transformers
 # 5.25.0, tokenizers 0.23.3, datasets 5.2.0, accelerate 1.16.0, torchdata 0.11.0; on a GPU, torch 2.11.0 (CUDA 13.0)
 # with transformers 5.17.0 and accelerate 1.15.0 (`bash benchmarks/gpu_check.sh` on an H200); the lowest that
-# `pyproject.toml` allows, by a subset of the tests (`bash tools/floors.sh`; no log of that run is kept) — torch 2.5.0, transformers
+# `pyproject.toml` allows, by a subset of the tests (`bash tools/floors.sh`: 37 passed, `benchmarks/results/floors_2026-12-06.log`) — torch 2.5.0, transformers
 # 5.16.0, tokenizers 0.23.1, datasets 5.1.0, accelerate 0.30.0, torchdata 0.8.0. (transformers 4.x cannot install
-# beside datasets 5.x; with transformers 5.0–5.15 and tokenizers 0.22, one test string encodes unlike SentencePiece (noted in `pyproject.toml`; the floors run keeps no log).)
+# beside datasets 5.x; with transformers 5.0–5.15 and tokenizers 0.22, one test string encodes unlike SentencePiece (noted in `pyproject.toml`; that older run kept no log).)
 
 # %% [markdown]
 # ## Learning path
@@ -120,7 +120,7 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # %% [markdown]
 # ## Results
 #
-# Measured on CPUs without a GPU (2 cores where the record says so); each figure comes from a script in `benchmarks/` or a notebook,
+# Measured on CPUs without a GPU (2 cores where the record says so); each figure comes from a script in `benchmarks/` or `experiments/`, or a notebook,
 # which prints it side by side with its reference in one run. The machines' CPU models differ, and speed ratios
 # with them (`benchmarks/model.py` prints the CPU model with every figure). The Speed table quotes one machine's logs;
 # an earlier machine's (`benchmarks/results/cpu_2026-12-04/`, an AMD EPYC) differ, for the optimizer step even in
@@ -142,7 +142,7 @@ print(format_stats({s: corpus_stats(load_corpus("sotu", s)) for s in ("train", "
 # | plain AdamW (cosine) at 4e-2 / at its best of 1e-3, 3e-3, 1e-2 (1e-3, the sweep's edge; 3e-3, one seed, not separated from it) | 5.738 ± 0.047 / 5.158 ± 0.006 | span 0.000, document ≤ 0.002 | no divergence at nanoT5's 2e-2 even without clipping (5.479) or with the std-1 head (5.804) (one seed each, 300 steps) |
 # | SNI-mini fine-tuning (09b): cpu-demo checkpoint vs random init, 200 steps, 3 seeds, 10 / 30 / 100 instances per task | lowest held-out loss 5.41 vs 6.18 / 4.60 vs 5.04 / 3.89 vs 4.01 (the minimum of each run's evaluations, chosen on the same held-out batch) | | on the lowest loss pre-training's gain is beyond the seed spread at 10 and 30 per task, within it at 100; on the final loss (6.701 vs 6.666 / 4.787 vs 5.321 / 3.887 vs 4.069) within it at 10, beyond it at 30 and 100; 18 runs in 13.1 min |
 # | the same runs' generations: E2E NLG Rouge-L at 10 / 30 / 100 per task, pre-trained vs random init | 24.8 ± 3.8 vs 23.7 ± 2.1 / 22.2 ± 5.7 vs 22.9 ± 2.1 / 10.2 ± 4.4 vs 22.8 ± 6.2 | | baselines: majority answer 18.3, copy the input 34.7 (no run beats it); many runs answer many E2E instances with one text (a run's most frequent output covers 5–25 of the 25); rank accuracy 44–52% (means over seeds; chance 50%, majority 36–54%); at 100 per task the pre-trained runs' E2E Rouge-L is lower than the random inits', just outside the range of 3 seeds |
-# | positive controls (09b): memorisation — the demo checkpoint fine-tuned 400 steps on 30 training instances, scored on them | loss on them 7.7 → 0.004 | | Rouge-L 97.1, exact match 86.7, rank accuracy 100 (majority 29.3 / 26.7 / 60.0): the pipeline can fit and score its training instances: the repeated answers on held-out instances are not explained by a broken training or scoring step (the control
+# | positive controls (09b): memorisation — the demo checkpoint fine-tuned 400 steps on 30 training instances, scored on them | loss on them 7.7 → 0.004 | | Rouge-L 97.1, exact match 86.7, rank accuracy 100 (majority 29.3 / 26.7 / 60.0): the pipeline can fit and score its training instances: on the checkpoint-loading path it checks, a broken training or scoring step is an unlikely cause of the repeated answers on held-out instances (the control
 # fine-tuned a re-run of the demo preset, loaded from its checkpoint), and their cause (model size, pre-training, the fine-tuning recipe) is not isolated |
 # | fine-tuning (09b) from pre-training checkpoints 0 / 500 / 1,500 / 3,000 (span gain −0.001 / 0.003 / 0.018 / 0.027; document gain 0.000 / 0.048 / 0.120 / 0.171), 10 per task, 3 seeds | lowest held-out loss 6.310 / 5.835 / 5.610 / 5.426 (sd ≤ 0.15) | | generations do not move beyond seed spread; E2E name share 5–13% (means over seeds; single runs up to 24%) vs the best constant's 12% (the memorisation run, on its own 5 training instances: 100%). The largest loss gain comes in the first 500 steps, while span gain is still small, 0.003 of 0.027 (the pre-training loss has done most of its fall by then and document gain is partly there, 0.048 of 0.171: the four checkpoints cannot say which the transfer follows) |
 #
@@ -249,7 +249,7 @@ print(f"t5-base-16h: batch {c.optim.batch_size} as {c.optim.grad_acc} x {c.optim
 #   `benchmarks/results/h200_2026-12-04/gpu_check.json`): T5-Base at micro-batch 32 (512 → 114 tokens) took 101.6 ms
 #   a step in bf16, 119.6 in fp16 and 134.6 in fp32 (TF32), peaking at 19.6 GiB in bf16 against the estimate's 17.3;
 #   the `t5-base` preset's micro-batch of 128 peaked at 68.5 GiB against 56.7 (339.9 ms a step, uncompiled): uncompiled
-#   peaks ran 1.01–1.21× the estimates, compiled 0.92×. In its side-by-side section our bf16 step took 114.2 ms where
+#   peaks of our model ran 1.01–1.21× the estimates, compiled 0.92×. In its side-by-side section our bf16 step took 114.2 ms where
 #   HF's T5 took 174.0 on the same weights (the same step timed in two sections of one run: 101.6 and 114.2 ms). fp16
 #   pays for its safety: the loss scaler's one host sync per step (7.4 ms a step, on top of 120 ms without it) and `wo` in fp32 (3.5% with
 #   TF32; `benchmarks/results/h200_2026-12-04/fp16_path.json`, `fp16_path_2.json`). The MFU it logged (13.6% in bf16 at micro-batch 32, 16.2% at 128) is
@@ -291,7 +291,7 @@ print(f"t5-base-16h: batch {c.optim.batch_size} as {c.optim.grad_acc} x {c.optim
 # | the newest checkpoint damaged (a copy cut off, bit rot, a network filesystem) | resume checks every file against the sha256 recorded when it was written, names the file and what is wrong, moves the checkpoint aside (`damaged_step_N_<timestamp>`) and resumes from the one before | nothing; if every kept checkpoint is damaged it stops with an error: restore a copy, or start again (`checkpoint.resume=never` or a new `logging.run_dir`) |
 # | the disk fills up (or the directory is not writable) while a checkpoint is written | the run stops (status 2) naming the directory, the space a checkpoint needs and the space free, and the last good checkpoint; the partial checkpoint is removed, nothing earlier is deleted | free space (or lower `checkpoint.keep_last`), then run the same command |
 # | a resume with another number of processes, another `data.num_workers` or another model shape | refused before training (status 2), naming both values | resume with the old setting, or start a new run directory |
-# | a NaN loss | the run stops (status 2) before any evaluation or checkpoint of that step, naming the step and the last checkpoint | lower `optim.lr` (keep `optim.grad_clip` on) and resume from the named checkpoint or the one before |
+# | a NaN loss | the run stops (status 2) at the next logging, evaluation or checkpoint step, before any evaluation or checkpoint comes after the bad step, naming the step and the last checkpoint | lower `optim.lr` (keep `optim.grad_clip` on) and resume from the named checkpoint or the one before |
 # | a power loss or host crash | checkpoint files and directories are `fsync`ed before and after the rename, so a checkpoint that exists is on disk (by design: a power loss is not tested here) | run the same command again |
 
 # %% [markdown]

@@ -56,6 +56,8 @@ def test_finetune_flags_beat_the_saved_config(tmp_path):
     (tmp_path / "config.yaml").write_text(config_yaml(saved))
     rc, out, _ = run("finetune", "--config", str(tmp_path), "--data", "/new/sni", "--print-config")
     assert rc == 0
+    rc, _, err = run("finetune", "--config", str(tmp_path), "model_preset=t5-v1_1-small", "--print-config")
+    assert rc == 2 and "cannot change the model" in err  # the saved model.* items would undo it
     sni, optim = yaml.safe_load(out)["sni"], yaml.safe_load(out)["optim"]
     assert (sni["data_dir"], sni["eval_on"], optim["lr"]) == ("/new/sni", "seen", 1e-4)
 
