@@ -204,7 +204,8 @@ print(f"needed {needed:,.0f}; one process: tokenizer {tokenizer_speed:,.0f}, "
 # most 8, nanoT5's number (`data.num_workers` in nanoT5's `configs/default.yaml`). If each worker has a core of its
 # own, their speeds should add up (on the 2-core benchmark machine, 2 workers streamed 1.96× the tokens per second of the
 # training process alone, with a shuffled pipeline set up differently from the cell above: `benchmarks/results/cpu_2026-12-05/stream.log`; Try it 3 measures yours): a few at the
-# printed pipeline speed would cover the 660k, and more leave headroom for a faster GPU and for bursts.
+# printed pipeline speed (measured with the tokenizer free to use several threads, where a worker runs it on one, so
+# somewhat slower per worker) would cover the 660k, and more leave headroom for a faster GPU and for bursts.
 #
 # ## How a stream resumes
 #

@@ -469,7 +469,7 @@ print(", ".join(f"{str(d).split('.')[1]}: {f / 1e9:.0f} GFLOP/s" for d, f in cpu
 # (autocast casts the normalised `x` once per matmul: three copies for q, k, v), the gated feed-forward four
 # `d_ff`-wide 16-bit tensors, and attention its q, k, v and output. Attention is where devices differ: the
 # CPU's SDPA with a relative-position bias runs the math path, which keeps q, k, v and the softmax
-# probabilities in fp32 (`4 · heads · L` bytes per token: quadratic in the length); CUDA's memory-efficient
+# probabilities in fp32 (`4 · heads · L` bytes per token, so `4 · heads · L²` per row: quadratic in the length); CUDA's memory-efficient
 # kernel keeps only q, k, v, the output and one log-sum-exp per head. `estimate_memory` adds these up (for
 # `device="cuda"` unless told otherwise); it is an estimate, checked below against what autograd saves and in
 # `tests/` against the CPU's peak memory of a whole step; on a GPU, `benchmarks/gpu_check.sh` compares it with
@@ -568,7 +568,8 @@ test_eq(est["parameters"], model.num_parameters())
 
 # %% [markdown]
 # What fits where. The `t5-base` preset's step (micro-batch 128 of 512 → 114 tokens, bf16), and the same
-# batch in 2 or 4 micro-batches (`optim.grad_acc`), by part, on a GPU (estimates, not measurements; GiB):
+# batch in 2 or 4 micro-batches (`optim.grad_acc`), by part, on a GPU (estimates, not measurements; GiB; the first
+# column also holds the 16-bit weight copies):
 
 # %%
 print(f"{'grad_acc':>8} {'micro':>5} {'weights+grads+optim':>20} {'activations':>12} {'logits':>7} {'total':>6} "
@@ -646,13 +647,14 @@ for name in ("cpu-demo", "t5-base", "t5-base-16h", "t5-base-24gb", "colab-t4"):
 # ## Questions
 #
 # 1. Why are the presets dotlists (`"optim.lr=4e-2"`) rather than nested dictionaries?
-# 2. **Predict, then run:** what does `make_config("cpu-demo", ["optim.lrr=1e-3"])` say (the first config cell)? And
+# 2. **Predict, then check:** before reading the first config cell's output, what does
+#    `make_config("cpu-demo", ["optim.lrr=1e-3"])` say? And
 #    `["optim.lr=fast"]`?
 # 3. Why does the backward pass cost about twice the forward pass?
 # 4. In `flops_per_step`, which term dominates for the demo model (`model.config`: d_model 256, `vocab_size=8192`;
 #    128 → 29 tokens)?
 #    Which for T5-Base?
-# 5. **Predict, then run:** will `FlopCounterMode`'s count be a little above or a little below `flops_per_step`, and
+# 5. **Predict, then check:** before reading its cell's output, will `FlopCounterMode`'s count be a little above or a little below `flops_per_step`, and
 #    what could the hand count include that the kernels do not run (or the reverse)?
 # 6. Why does a CPU need a *measured* peak for MFU, and why is a large square matmul the right thing to measure?
 # 7. Which of the five parts of a step's memory do not depend on the micro-batch?

@@ -168,7 +168,7 @@ def resource_estimates(cfg, world_size: int = 1, mfu: float = 0.3) -> str:
 # | status | what happened | what to do |
 # |---|---|---|
 # | 0 | the run finished | — |
-# | 2 | bad input, or a run that cannot go on (config or data error, NaN loss, a checkpoint that cannot be written, no intact checkpoint to resume): one line on stderr | what the line says |
+# | 2 | bad input, or a run that cannot go on (config or data error, NaN loss, a checkpoint that cannot be written, checkpoints to resume that are all damaged; a run directory with none starts fresh): one line on stderr | what the line says |
 # | 3 | stopped early on request while `fit` runs (resume, evaluations, steps) — SIGTERM (a scheduler, `timeout` — which reports its own 124 unless given `--preserve-status` —, a spot instance), a first Ctrl-C, or `train.max_minutes` — after finishing the step and writing a checkpoint (at the last step the run simply finishes, 0; before `fit`, e.g. building the tokenizer, or after it, e.g. the export, a signal ends the process at once: 143 or 130) | run the printed `resume:` command (or the same command again) |
 # | 130 / 143 (killed by SIGINT / SIGTERM) | a second Ctrl-C or SIGTERM: the process ends at once | the same command resumes from the last checkpoint |
 #
@@ -466,7 +466,8 @@ test_eq((resolved["model"]["d_model"], resolved["optim"]["lr"], resolved["train"
 #   12.1–16.2% MFU (`benchmarks/results/h200_2026-12-04/gpu_check.log`), so the times are likely underestimates. The
 #   same log timed the colab-t4 preset on that H200 at 78–85 ms/step after warm-up, several times the estimate
 #   printed below for a card of the same peak.
-# - memory: the uncompiled peaks there were up to 1.21 times the estimate, so a "fits" near the limit needs care
+# - memory: the uncompiled peaks of this code's model there were up to 1.21 times the estimate (HF's T5, in the same
+#   log, peaked higher), so a "fits" near the limit needs care
 #   (the colab-t4 preset's own memory peak was not measured: the peak on the log's colab-t4 line is an earlier
 #   section's, not reset in that run, and its estimate predates a later change to the fp16 formula).
 #
