@@ -115,7 +115,8 @@ if controls:
 
 # %% [markdown]
 # The pipeline learns what it is shown. On the 30 instances it trained on, exact match rises from 0 to 53.3% by step
-# 100, 80.0% by step 200 and 86.7% (26 of 30) at step 400; Rouge-L from 1.7 to 97.1 and rank accuracy from 60 to 100,
+# 100, 80.0% by step 200 and 86.7% (26 of 30) at step 400 (the most it can reach: the 4 misses are word-sorting answers of more than 48
+# tokens, which the target limit of 48 cuts in training and generation alike); Rouge-L from 1.7 to 97.1 and rank accuracy from 60 to 100,
 # against majority baselines of 29.3, 26.7 and 60.0 on the same instances. The loss on them falls from 7.7 to 0.004
 # (right panel; the numbers are in `results/finetune_controls.json`), and the number of distinct outputs grows from 11
 # to 23 of 30. So tokenization, prompt, loss, generation and scoring work together well enough to learn and score
@@ -168,8 +169,8 @@ if controls:
 # varying answers rarely name their input's restaurant, but one (random init, n = 30, seed 0) names it in 4 of its 5,
 # by switching between memorised sentences with the input (3 of the 4 are variants of one memorised Phoenix reference, on the 3 Phoenix inputs), not by copying the name.
 # So no run reads its input reliably — too few varying answers to measure how much any does. What Rouge-L gives the
-# runs on E2E is mostly words any E2E sentence shares with the reference, not the input's details: the four runs that give one text for all 25 E2E inputs (listing below) score as
-# much E2E Rouge-L as the others (per-run scores in `results/sni_experiment.json`). The memorisation run names the restaurant in all 5 of its own E2E training instances (best constant 20%),
+# runs on E2E is mostly words any E2E sentence shares with the reference, not the input's details: the four runs that give one text for all 25 E2E inputs (listing below) score, on
+# average, more E2E Rouge-L than the others (per-run scores in `results/sni_experiment.json`). The memorisation run names the restaurant in all 5 of its own E2E training instances (best constant 20%),
 # but it reproduces those instances' references word for word (`final_predictions` in `results/finetune_controls.json`),
 # so this shows that generation and scoring credit a correct name, not that the model copies one from its input.
 
@@ -196,7 +197,8 @@ else:
 # on the lowest held-out loss (the table has one block of rows per training size the results hold); 3 seeds per start,
 # mean ± sd. Its step 3,000 has the same pre-training measurements as the experiment's pre-trained start below (another
 # run of the same preset), yet before any fine-tuning its held-out loss on the same held-out instances is 8.257 (every seed) where
-# the experiment's start has 8.165 (as at step 0 of [09](09_finetuning.ipynb)'s annotated run): the difference is in the starting weights or in how they are loaded (here:
+# the experiment's start has 8.165 (as at step 0 of [09](09_finetuning.ipynb)'s annotated run): the difference is in the starting weights or in how they are loaded (the two pre-training runs' own
+# evaluations at step 3,000 agree to the three decimals both print, which points at the loading; here:
 # checkpoints for steps 500–3,000 and an HF export of the random init for step 0; in the experiment below, the run's
 # HF export), not in fine-tuning noise, and we have not isolated it (the two loading paths give
 # identical weights and losses in a test of a tiny fp32 model, `tests/test_finetune.py`; the two paths also read the
@@ -260,7 +262,7 @@ if controls:
 # above, whose cause is not isolated; after fine-tuning, at 10 per task with the same recipe and seeds, the two starts
 # agree within the seed spread: lowest held-out loss 5.426 ± 0.037 at step 3,000 here, 5.413 ± 0.075 in the experiment below) comes in the first 500
 # steps (6.310 to 5.835) while `span_gain` is still small, 0.003 [0.001, 0.005] against 0.027 at step 3,000: that part
-# of what pre-training buys comes before most of the span filling. By step 500 the pre-training run's own held-out loss
+# of what pre-training buys comes before most of `span_gain`'s growth. By step 500 the pre-training run's own held-out loss
 # has also done most of its fall (the table's second column; much of that fall is learning token frequencies, which
 # neither gain measures: [05](05_pretraining.ipynb)'s unigram baselines are 5.905 and 5.547 nats), and `document_gain` is partly there: which of them the transfer follows, these four
 # checkpoints cannot isolate.
@@ -396,7 +398,8 @@ def plot_experiment(results: dict):
 # The experiment itself (`#| slow`; it needs the checkpoint that the slow cell of [05](05_pretraining.ipynb) writes to
 # `../runs/cpu-demo-notebook`). Every run: 200 steps of batch 8 whatever the training size (the same compute for all),
 # AdamW at a constant 1e-3 (the `sni` preset's 5e-5 is nanoT5's rate for fine-tuning T5-Base, a 248M-parameter model,
-# on all of SNI's training tasks, 100 instances each; this 6.6M-parameter model gets only 200 steps), dropout 0, bf16 autocast, prompts cut to 256 tokens
+# on all of SNI's training tasks, 100 instances each: `base_lr` and `max_num_instances_per_task` in nanoT5's
+# `nanoT5/configs/task/ft.yaml`; this 6.6M-parameter model gets only 200 steps), dropout 0, bf16 autocast, prompts cut to 256 tokens
 # and answers to 48; scored on 25 held-out instances of each training task and the first 50 of each test task. 13.1
 # minutes for the 18 runs (the results file's `wall_s`; it records no machine); one cell per training size keeps each under the cell timeout this project
 # gives nbdev (`cell_timeout = 600`, in seconds, in `pyproject.toml`).
@@ -485,10 +488,11 @@ if RESULTS.exists():
 # data (6 tasks of 10–100 instances, not all of SNI's training tasks) and steps: T5-Base (248M parameters),
 # pre-trained by nanoT5 for about 16 hours on one GPU and fine-tuned on SNI, scores Rouge-L 40.7 on its test set of
 # 119 unseen tasks (nanoT5's README, "TLDR", for the score; the natural-instructions splits README for the 119; it
-# scores one randomly drawn reference, where 09's Rouge-L takes the best: context, not a comparable number).
+# scores one randomly drawn reference (`DataCollatorForNI` in nanoT5's `nanoT5/utils/copied_utils.py` labels each
+# instance with `random.choice` of its references), where 09's Rouge-L takes the best: context, not a comparable number).
 # `nanot5-edu pretrain t5-base-16h` (the preset of nanoT5's 16-hour configuration, the one behind that score), then
 # `nanot5-edu finetune --checkpoint runs/t5-base-16h --data natural-instructions`, runs that setting on a GPU. The
-# compute of the `t5-base` preset (nanoT5's C4-loss run, at T5's batch of 128; one version of nanoT5's config takes
+# compute of the `t5-base` preset (nanoT5's C4-loss run, at T5's batch of 128 sequences, T5 paper §3.1.2; one version of nanoT5's config takes
 # 144; the 16-hour configuration trains on more rows still) against the demo's:
 
 # %%
