@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Span corruption for batches: packing, a vectorised corruptor, the collator
-# > `pack_dataset` (documents → fixed-length rows), `random_spans_noise_mask` and `corrupt_spans` (a whole batch in a few tensor ops, checked equal to lesson 02's `corrupt_example`), and `SpanCorruptionCollator`, which every training run uses
+# > `pack_dataset` (documents → fixed-length rows), `random_spans_noise_mask` and `corrupt_spans` (a whole batch in a few tensor ops, checked equal to lesson 02's `corrupt_example`), and `SpanCorruptionCollator`, which every span-corruption pre-training run uses
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -14,7 +14,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # Lesson [02](02_span_corruption.ipynb) built T5's span corruption one row at a time: a raw chunk of 568 tokens,
 # its noise mask (`example_noise_mask`), and `corrupt_example`, which turns them into a 512-token encoder input
 # and a 114-token target; `uncorrupt` undoes it. Training needs two more things: rows to corrupt, cut from whole
-# documents, and whole batches of them corrupted at once, cheaply enough that the model never waits. This lesson
+# documents, and whole batches of them corrupted at once, cheaply enough that the model does not wait for them. This lesson
 # builds both, and checks the fast version equal to the readable one on the same masks.
 #
 # **What it needs**: the corpus of [00](00_data.ipynb), the tokenizer of [01](01_tokenizer.ipynb), and from 02
@@ -25,7 +25,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 #
 # **What you will build**: `pack_dataset` (documents → fixed-length rows, for a list or a stream), `random_cuts`
 # and `random_spans_noise_mask` (a batch of T5 noise masks in a few tensor ops), `corrupt_spans` (a batch
-# corrupted by `gather`), and `SpanCorruptionCollator`, the `DataLoader` collator every training run uses. They go
+# corrupted by `gather`), and `SpanCorruptionCollator`, the `DataLoader` collator every span-corruption pre-training run uses (09c's other objectives and fine-tuning have their own). They go
 # into `nanot5_edu.spans` (lesson 02's one-row recipe stays in `nanot5_edu.noise`).
 
 # %%
@@ -153,7 +153,7 @@ print(f"corrupt_example: {1 / secs:,.0f} examples/s = {568 / secs / 1e6:.1f}M ra
 # FLOPs of one step (`flops_per_step`, lesson 07) and half of the H200's 989 dense bf16 TFLOP/s. The Python loop
 # above does 2.8M raw tokens/s on one core, so even it keeps up. Tokenizing is the larger cost: in lesson 06, one
 # process tokenized 340,376 raw tokens/s and tokenized, packed and corrupted 296,796. So why bother? Two cases in
-# this project where masking speed does show:
+# this project where masking speed could matter (neither is measured here):
 #
 # - **Tiny models on a CPU** (the demo): the model and the data pipeline share the same few cores, so every
 #   millisecond spent corrupting is a millisecond not spent training.
@@ -547,7 +547,7 @@ test_eq(next(iter(loader))["input_ids"].shape, (16, 128))
 #   masks it equals `corrupt_example` row for row, and `uncorrupt` rebuilds every row.
 # - `SpanCorruptionCollator` draws exactly the masks `random_spans_noise_mask` draws from the same generator
 #   state and returns fixed-shape `input_ids`, `labels` and `decoder_input_ids` (the labels shifted right behind
-#   0); its seeded generator, saved and restored with `state_dict`, makes a run resumable.
+#   0); its seeded generator, saved and restored with `state_dict`, lets a resumed run draw the same masks (with the data stream's own position, saved apart).
 #
 # ## Questions
 #
@@ -575,8 +575,8 @@ test_eq(next(iter(loader))["input_ids"].shape, (16, 128))
 #
 # 1. **Why vectorise** (a minute). Time `SpanCorruptionCollator(tok, 512)` on 128 random rows of 568 tokens
 #    against a Python loop of `corrupt_example(row, example_noise_mask(568, 0.15, 3.0, rng), len(tok) - 1)`
-#    over the same rows. Look at the ratio; then run `torch.set_num_threads(1)` and time again — on a busy
-#    machine, torch's threads competing for cores can eat most of the gain.
+#    over the same rows. Look at the ratio; then run `torch.set_num_threads(1)` and time again — does the ratio
+#    change when torch's threads compete for the cores?
 # 2. **A resumed collator** (seconds). Draw three batches of 4 rows from `SpanCorruptionCollator(tok, 128,
 #    seed=0)`, saving `state_dict()` after the first. Make a second collator with `seed=7`, load the saved state
 #    and draw two batches of the same rows. Look for: the second and third batches again, token for token; and
