@@ -23,8 +23,9 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 #
 # This lesson builds T5's recipe (T5's `random_spans_noise_mask`, as in the version of HF's `run_t5_mlm_flax.py` that
 # nanoT5 copies; today's HF script counts spans differently above density 0.5) as readable functions on one example.
-# It is exact at T5's settings. Four edge cases differ in the length helper: at a mean span length of 1 (every noise
-# token its own span) T5's returns a raw length whose corrupted input is one token too long, since its search never
+# It is exact at T5's settings for inputs of 10 tokens or more (T5 uses 512). The main edge cases where the length
+# helpers differ: when every noise token is its own span (a mean span length of 1, or a single noise token with a mean
+# span below 2) T5's returns a raw length whose corrupted input is one token too long, since its search never
 # steps down, and ours steps down; at a noise density of exactly 0.5, when the targets would come out longer than the
 # inputs, T5's shortens the raw length and the target by one (a "minor hack" in its code) and ours does not; and ours
 # keeps at least one span, which T5's length helper does not, so short inputs, or a mean span long next to the number

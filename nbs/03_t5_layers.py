@@ -18,7 +18,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # is inside: the code is written to be read one layer at a time, and attention is one call of
 # `torch.nn.functional.scaled_dot_product_attention` (SDPA: PyTorch's attention function, fused where a kernel allows)
 # with T5's relative position bias, combined with the mask once per stack, as an additive mask (HF's T5 also calls
-# SDPA by default in recent transformers 5.x releases; the Attention section says how the two compare). The layers need only torch;
+# SDPA by default in the installed transformers 5 release; the Attention section says how the two compare). The layers need only torch;
 # `transformers` is the reference.
 #
 # It needs from [02b_span_batches](02b_span_batches.ipynb) only the shapes of one training batch (the table
@@ -350,8 +350,8 @@ test_eq(out[0, :, 2, 6], rpb.weight.detach()[relative_position_bucket(torch.tens
 #
 # T5 attention has two quirks: no `1/√d_kv` scaling (it is folded into the init of `q`, in 03b), and an additive
 # bias (relative positions + mask). `scaled_dot_product_attention` takes both: `scale=1.0` and the bias as a
-# float `attn_mask`: one call instead of a matmul → add → softmax → matmul chain (HF's T5 ran that chain until a
-# transformers 5.x release gave it SDPA too, with the bias as its mask, by default; which kernel runs is in the appendix).
+# float `attn_mask`: one call instead of a matmul → add → softmax → matmul chain (in the installed transformers 5 release
+# HF's T5 runs through SDPA by default too, with the bias as its mask; older releases ran the eager chain; which kernel runs is in the appendix).
 # The difference that remains: HF hands every layer's attention the position bias and the mask separately and adds
 # them there, while ours combines them once per stack and every layer reuses the result.
 #
@@ -474,12 +474,12 @@ test_close(ff(x), ref_ff(x), eps=1e-6)
 #
 # GPUs without bf16 (Colab's T4) train in fp16, whose largest number is 65,504. Under fp16 autocast every `nn.Linear`
 # runs in fp16, and `wo` is the layer to watch: in lesson [07](07_config.ipynb)'s fp16 measurement of the demo model
-# its peak |input| or |output| is the largest of any `Linear` (a simulated-fp16 run of a 1 + 1-layer model), and HF's T5 also singles it out (its weights stay fp32 when loaded in fp16; transformers issue 20287). Once one of its outputs grows past fp16's range
+# the larger of its peak |input| and |output| is the largest of any `Linear` (a simulated-fp16 run of a 1 + 1-layer model; the record does not say which of the two), and HF's T5 also singles it out (its weights stay fp32 when loaded in fp16; transformers issue 20287, an int8 problem with flan-t5-xxl whose fix, `_keep_in_fp32_modules`, also covers fp16 loading). Once one of its outputs grows past fp16's range
 # it becomes `inf`, and the loss `nan`. HF's T5 guards the same place in its own ways, both only for half-precision weights (under autocast with fp32
 # weights neither acts): it keeps `wo`'s weights in
 # fp32 when a model is loaded in fp16 (not bf16: `_keep_in_fp32_modules = ["wo"]` in `modeling_t5.py`, added for
 # flan-t5-xxl) and clamps the block's fp16 hidden states to fp16's range after each sublayer. Ours computes `wo` in fp32 under fp16 autocast (autocast
-# off for that one matmul); its output joins the residual stream, which is fp32 already. bf16 has fp32's range and
+# off for that one matmul; its input, the gate product, is still formed in fp16 and is not guarded); its output joins the residual stream, which is fp32 already. bf16 has fp32's range and
 # needs no guard. The price is `wo`'s matmuls (forward and backward) in fp32 and an fp32 copy of its input: on an H200, a T5-Base fp16 step (micro-batch 32) took 1.035 times as
 # long with the guard as without it with TF32 on, as `fit` runs, and 1.30 times in an earlier run with TF32 off (torch's default then, not recorded in that file; the two runs differ in more than TF32, their unguarded steps too; `benchmarks/fp16_path.py`;
 # its records `fp16_path_2.json` and `fp16_path.json` in `benchmarks/results/h200_2026-12-04/`); a T4 has no TF32. The check below

@@ -444,8 +444,9 @@ else:
 #   where a span ends), and span tokens that also stand in the input gain no more from the context than the others
 #   (0.038 against 0.036 nats): no sign that the demo copies.
 # - A cloze probe whose answer stands earlier in the passage: the demo makes the true fill likelier with its own passage on 67%
-#   of 30 items (the same architecture at its random initialisation: 50%, chance): weak evidence that it reads a
-#   little of its context.
+#   of 30 items (the same architecture at its random initialisation: 50%, chance): weak evidence, which fits reading a
+#   little of its context or only knowing the passage's topic (the probe compares against an unrelated passage, so it
+#   cannot separate the two).
 # - At an equal 5-minute budget no other recipe tried (deeper, narrower, longer inputs) reached the demo recipe's mean
 #   `span_gain` on any seed, seed spread is as large as most differences, and every recipe's `document_gain` is well
 #   above its `span_gain`.
