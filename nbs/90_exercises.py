@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Exercises: checks against two oracles
-# > `EXERCISES`: one check per exercise of lessons 01–09; each compares a student's function with two independent references (`transformers`, the package or a hand computation) and names the first case that differs
+# > `EXERCISES`: one check per exercise of lessons 01–09c; each compares a student's function with two independent references (`transformers`, the package or a hand computation) and names the first case that differs
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -12,7 +12,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 
 # %% [markdown]
 # This is a reference page, not a lesson. The exercise notebooks in the repository's `exercises/` folder (one per
-# lesson with exercises: 01–09, 02b, 03b and 07b) ask a student to write small functions; each has a check cell
+# lesson with exercises: 01–09, 02b, 03b, 07b and 09c) ask a student to write small functions; each has a check cell
 #
 # ```python
 # from nanot5_edu.exercises import EXERCISES
@@ -23,14 +23,17 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # that differs, the expected and the received value, and a hint about the rule that case tests. A function that
 # still raises `NotImplementedError` gets "not implemented yet".
 #
-# **Two oracles.** Every expected value is computed twice, independently — by `transformers` (T5's bucket function,
+# **Two oracles.** Most expected values are computed twice, independently — by `transformers` (T5's bucket function,
 # `T5LayerNorm`, `T5DenseGatedActDense`, `_shift_right`), by `torch` (SDPA, `LinearLR` + `CosineAnnealingLR`,
-# `FlopCounterMode`), by `rouge_score` or `hashlib`, or by a hand computation (in float64 where it computes) — and
-# by the package's own implementation from the lessons. The check first asserts that the two agree, then compares the
-# student's answer. A check therefore cannot silently drift from either reference.
+# `FlopCounterMode`), by `rouge_score` or `hashlib`, or by a hand computation (in float64 where it computes) — and,
+# usually, by the package's own implementation from the lessons. The check first asserts that the two agree, then
+# compares the student's answer, so it cannot silently drift from either reference. The exceptions say so in their
+# sections: the random span and mask checks test properties and an exact distribution computed once, and
+# `attention` and `train_step` compare with two hand computations.
 #
-# **Checks that can fail.** The cases of each check are ordered from the most specific rule to the broadest, so
-# the first case a mistake trips is the one whose hint names it. The course's tests (`tests/test_exercises.py`)
+# **Checks that can fail.** The cases of each check run from the core rule to its edge cases, so a mistake usually
+# fails at the case whose hint names it; where it fails earlier, the check's own sentence (in place, dtype, the
+# cache's order) names it. The course's tests (`tests/test_exercises.py`)
 # prove this for every exercise: the reference solution passes, the stub fails with "not implemented yet", and
 # each function of a bank of known-wrong solutions (the mistakes students make) fails with a message that
 # points at its mistake. Reference solutions and the wrong bank live in `tests/exercise_bank.py`, outside the
@@ -289,7 +292,7 @@ except AssertionError as e:
 #
 # The span-length exercise is random, so it is checked by properties: T5's exact counts (the package's
 # `noise_counts` and the formula by hand), lengths of at least one, sums, reproducibility from the generator, and
-# the distribution over 2,000 draws against the exact one (every split of *m* tokens into *s* non-empty parts
+# the distribution over 4,000 draws against the exact one (every split of *m* tokens into *s* non-empty parts
 # equally likely: the first part has length *k* with probability C(m−k−1, s−2) / C(m−1, s−1)).
 
 # %%
@@ -392,7 +395,7 @@ def _noise_span_cases():
                    _judge_span_lengths(length, density, mean_span))
     yield Case("the same seed twice, then ten seeds", "draw all randomness from the `generator` argument",
                _judge_draws("lengths"))
-    yield Case("2,000 draws of length=40, noise_density=0.3, mean_noise_span_length=3",
+    yield Case("4,000 draws of length=40, noise_density=0.3, mean_noise_span_length=3",
                "every split into non-empty spans must be equally likely: choose num_spans - 1 distinct cut points "
                "among the num_items - 1 places between items (e.g. torch.randperm(num_items - 1)[:num_spans - 1])",
                _judge_span_distribution)
@@ -602,7 +605,7 @@ def _pack_cases():
 
 # %% [markdown]
 # Example: documents packed one by one, so that no row crosses a document boundary; the first two cases pass (one
-# document; two that happen to fill whole rows), the third does not.
+# document; two where the first fills exactly one row, so no row crosses a boundary), the third does not.
 
 # %%
 def per_document_rows(token_lists, raw_length, eos_id):
@@ -2230,7 +2233,7 @@ def _ul2_length_cases():
 # ## Hidden cases for graded work
 #
 # Every case above is in the open: a student can read it, and a solution could be tuned to it. For marks, a teacher
-# runs `python tools/grade.py FILE --seed N`, which adds to these exercises cases drawn from `N`: other sizes, other
+# runs `python tools/grade.py FILE --seed N`, which adds to most of these exercises cases drawn from `N`: other sizes, other
 # values, other texts, each answered by the same two oracles. The same seed gives the same cases (a grade can be
 # redone); another seed gives others.
 
