@@ -481,7 +481,7 @@ test_close(ff(x), ref_ff(x), eps=1e-6)
 # flan-t5-xxl) and clamps the block's fp16 hidden states to fp16's range after each sublayer. Ours computes `wo` in fp32 under fp16 autocast (autocast
 # off for that one matmul; its input, the gate product, is still formed in fp16 and is not guarded); its output joins the residual stream, which is fp32 already. bf16 has fp32's range and
 # needs no guard. The price is `wo`'s matmuls (forward and backward) in fp32 and an fp32 copy of its input: on an H200, a T5-Base fp16 step (micro-batch 32) took 1.035 times as
-# long with the guard as without it with TF32 on, as `fit` runs, and 1.30 times in an earlier run with TF32 off (torch's default then, not recorded in that file; the two runs differ in more than TF32, their unguarded steps too; `benchmarks/fp16_path.py`;
+# long with the guard as without it with TF32 on, as `fit` runs (one run, 3 interleaved rounds; their spread was not kept), and 1.30 times in an earlier run with TF32 off (torch's default then, not recorded in that file; the two runs differ in more than TF32, their unguarded steps too; `benchmarks/fp16_path.py`;
 # its records `fp16_path_2.json` and `fp16_path.json` in `benchmarks/results/h200_2026-12-04/`); a T4 has no TF32. The check below
 # scales `wo` until its outputs reach about 10⁵ and runs the layer three ways (CPU autocast supports fp16 too).
 

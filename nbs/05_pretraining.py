@@ -203,9 +203,11 @@ for a, b in zip(whole, accumulated):
 # How to read the numbers: they average over every target token, sentinels and EOS included (27.6% of the targets in
 # the appendix's table). Those are not free of the input: a sentinel or EOS ends a span, and the model never sees the
 # mask, only its own input, which shows where the text resumes after each sentinel — so the input can help predict
-# where each span ends too. An untrained model shows what noise alone gives: about a hundredth of a nat for the small
+# where each span ends too. An untrained model shows what one random start gives: about a hundredth of a nat for the small
 # untrained model of the check below on 128 rows; the demo model itself, untrained, gives a `span_gain` of −0.001 [−0.005, 0.003] on
-# its 512 evaluation rows (its step-0 evaluation, `results/demo_run.json`); the intervals say how far a number is from zero. A gain of `g` nats per
+# its 512 evaluation rows (its step-0 evaluation, `results/demo_run.json`). The intervals are over documents, for one
+# set of weights: they do not cover the offset a random start can give, so a trained model's gain is read against
+# its own step-0 value (as at the end of this lesson), not against zero alone. A gain of `g` nats per
 # token means the input makes the target tokens `exp(g)` times likelier, in geometric mean. (To see the gains split
 # by kind of target token, sentinels and EOS apart from span tokens, use `gain_by_token_kind` in the appendix at the
 # end.)
@@ -481,8 +483,12 @@ test_fail(lambda: fill_in(stub, fill_tok, "word " * 200 + "<extra_id_0>", max_in
 # ## The CPU demo
 #
 # The README's main command, `nanot5-edu pretrain`, runs exactly this: the `cpu-demo` preset, the recipe with the highest
-# encoder gain in an earlier one-seed sweep of 15 short runs at an equal time budget by design (a step count from each recipe's measured step time) (the unsplit gain, (c) − (a); within a hundredth of the next, so not separated from it) (lesson [07](07_config.ipynb)'s appendix on how the `cpu-demo` preset was chosen shows it; the script:
-# [experiments/demo_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/demo_sweep.py)). The
+# encoder gain in an earlier one-seed sweep of 15 short runs at an equal time budget by design (a step count from each
+# recipe's measured step time). That gain was the unsplit one, measured with the input of a random other evaluation
+# row (now and then a row of the same speech, so close to (c) − (a)), and the demo recipe's was within a hundredth of
+# the next, so not separated from it. Lesson [07](07_config.ipynb)'s appendix on how the `cpu-demo` preset was chosen
+# shows the sweep; the script is
+# [experiments/demo_sweep.py](https://github.com/nanot5-edu/nanot5_edu/blob/main/experiments/demo_sweep.py). The
 # `tiny` model is cut to **1 encoder + 1 decoder layer** (`d_model=256`, 8 heads, gated-GELU `d_ff=1024`,
 # `vocab_size=8192`: 6.6M parameters). Each row is 141 raw tokens, corrupted into 128 encoder and 29 target tokens;
 # batch 16; 3,000 steps of AdamWScale at lr 4e-2 with nanoT5's cosine schedule (100 warmup steps); bf16 autocast; an

@@ -904,7 +904,8 @@ if saved:
 #   separated.
 # - `document_gain`'s interval is above zero in every run; `span_gain`'s in 9 of 15, and it stays small
 #   for every setup (the decoder-only LM's, the largest, is measured under a mask it never trained with). At this
-#   compute no setup has learned to use a passage's own context much.
+#   compute, on the span-filling score, no setup uses a passage's own context much (a score three of the setups
+#   never trained on, so it says only that).
 #
 # What a CPU's scale cannot decide: T5's and UL2's findings are about downstream quality after billions of tokens;
 # here each run had one FLOP budget (a couple of minutes of CPU each, in the results file), one model size, one corpus
