@@ -144,7 +144,7 @@ def _check_same_setup(path: Path, cfg: Config, world_size: int, num_workers: int
         saved = json.loads((path / "trainer_state.json").read_text())
     except (OSError, ValueError):
         return  # damaged: checkpoint_problem says so
-    way_out = "or start a new run (logging.run_dir=NEW, or checkpoint.resume=never to write over this one)"
+    way_out = "or start a new run (logging.run_dir=NEW, or checkpoint.resume=never to start over in this one)"
     if saved.get("world_size", world_size) != world_size:
         raise ConfigError(f"This run has {world_size} process(es) but {path} was written by {saved['world_size']}: "
                           f"each process's data position and RNGs are saved apart. Resume with {saved['world_size']} "
@@ -301,8 +301,8 @@ def resume_checkpoint(run_dir: Path, cfg: Config, model: T5, optimizer, schedule
             + ("trying the one before it" if path != candidates[-1] else "no checkpoint left to try"))
     if damaged:
         raise TrainingError(f"No intact checkpoint in {Path(run_dir) / 'checkpoints'} (each is named above with its "
-                            "problem). Restore one from a copy, or start again: checkpoint.resume=never (writes over "
-                            "this run) or a new logging.run_dir.")
+                            "problem). Restore one from a copy, or start again: checkpoint.resume=never (starts over, "
+                            "moving these checkpoints aside) or a new logging.run_dir.")
     return None, 0
 
 # %% ../nbs/07b_checkpoints.ipynb #b85bf989

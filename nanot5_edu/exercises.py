@@ -832,7 +832,8 @@ def _judge_adamwscale(p, g, m, v, step, lr, betas, eps, wd):
         for name, before, e, got in zip(("exp_avg", "exp_avg_sq", "param"), (m, v, p), expected[2:] + expected[:1],
                                         args[2:] + args[:1]):
             if torch.equal(got, before) and not torch.equal(e, before):
-                return f"{name} was not updated in place (it still holds its old values)"
+                zero_step = " or its step was zero (an all-zero param has RMS 0: the 1e-3 floor)" if name == "param" else ""
+                return f"{name} still holds its old values: it was not updated in place{zero_step}"
             if problem := first_difference(e, got, **tol):
                 return f"{name} differs {problem}"
     return judge

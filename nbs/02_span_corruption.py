@@ -23,13 +23,15 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 #
 # This lesson builds T5's recipe (T5's `random_spans_noise_mask`, as in the version of HF's `run_t5_mlm_flax.py` that
 # nanoT5 copies; today's HF script counts spans differently above density 0.5) as readable functions on one example.
-# It is exact at T5's settings for inputs of 10 tokens or more (T5 uses 512). The main edge cases where the length
-# helpers differ: when every noise token is its own span (a mean span length of 1, or a single noise token with a mean
-# span below 2) T5's returns a raw length whose corrupted input is one token too long, since its search never
-# steps down, and ours steps down; at a noise density of exactly 0.5, when the targets would come out longer than the
-# inputs, T5's shortens the raw length and the target by one (a "minor hack" in its code) and ours does not; and ours
-# keeps at least one span, which T5's length helper does not, so short inputs, or a mean span long next to the number
-# of noise tokens (UL2's mean span 64), can differ; and ours raises an error where no length fits exactly, where T5's returns the closest. It uses the corpus of [00_data](00_data.ipynb)
+# It is exact at T5's settings for inputs of 10 tokens or more (T5 uses 512). Below, "T5's length helper" is that HF
+# script's `compute_input_and_target_lengths`, which nanoT5 copies (T5's own code differs from it in the first case).
+# The main edge cases where it and ours differ: when every noise token is its own span (a mean span length of 1, or a
+# single noise token with a mean span below 2) it returns a raw length whose corrupted input is one token too long,
+# since its search starts at the input length and never steps down, and ours steps down; at a noise density of
+# exactly 0.5, when the targets would come out longer than the inputs, it shortens the raw length and the target by
+# one (a "minor hack" in its code) and ours does not; ours keeps at least one span, which it does not, so short
+# inputs, or a mean span long next to the number of noise tokens (UL2's mean span 64), can differ; and ours rejects a
+# mean span below 1, which it accepts. It uses the corpus of [00_data](00_data.ipynb)
 # and the tokenizer of [01_tokenizer](01_tokenizer.ipynb). The next lesson, [02b](02b_span_batches.ipynb),
 # packs documents into rows and corrupts whole batches fast, checked equal to what is built here.
 

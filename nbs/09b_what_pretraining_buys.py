@@ -122,7 +122,7 @@ if controls:
 # (right panel; the numbers are in `results/finetune_controls.json`), and the number of distinct outputs grows from 11
 # to 23 of 30. So tokenization, prompt, loss, generation and scoring work together well enough to learn and score
 # what the model is shown (on the checkpoint-loading path and on training instances; the experiment's HF-export path
-# is checked on a tiny fp32 model by a test, `tests/test_finetune.py` (the real runs' starts still differ: below), and the held-out split by a check in lesson 09). On the path checked here, a broken pipeline is an unlikely explanation of the constant answers of 09's annotated run (which loaded an HF export instead: the two paths' starts reach the same fine-tuned loss within the seed spread, section (c) below) (and the few,
+# is checked on a tiny fp32 model by a test, `tests/test_finetune.py` (the real runs' starts still differ: below), and the held-out split by a check in lesson 09). On the path checked here, a broken pipeline is an unlikely explanation of the constant answers of 09's annotated run (which loaded an HF export instead; for that path the support is weaker: a test on a tiny model, and the two paths' pre-trained starts agreeing in fine-tuned loss at 10 instances per task, section (c) below) (and the few,
 # repeated answers of this lesson's experiment below); what is left is the scale of the model and its pre-training,
 # or the fine-tuning recipe (200 steps at a constant rate, greedy decoding), which this control does not separate.
 
@@ -260,9 +260,9 @@ if controls:
 # share (5.3–13.3%; the best single-name constant scores 12% on these 25 E2E instances, control (b) above) move within their
 # seed spreads, with no trend beyond them. Which gain does the transfer follow? Along one pre-training run both rise
 # together, so four checkpoints cannot separate them; but the largest drop in fine-tuned loss (about five times the gap between the two starts' losses before fine-tuning
-# above, whose cause is not isolated; after fine-tuning, at 10 per task with the same recipe and seeds, the two starts
+# above, whose cause is not isolated; after fine-tuning, at 10 per task with the same recipe and seeds, the two pre-trained starts
 # agree within the seed spread: lowest held-out loss 5.426 ± 0.037 at step 3,000 here, 5.413 ± 0.075 in the experiment below) comes in the first 500
-# steps (6.310 to 5.835) while `span_gain` is still small, 0.003 [0.001, 0.005] against 0.027 at step 3,000: that part
+# pre-training steps (6.310 to 5.835) while `span_gain` is still small, 0.003 [0.001, 0.005] against 0.027 at step 3,000: that part
 # of what pre-training buys comes before most of `span_gain`'s growth. By step 500 the pre-training run's own held-out loss
 # has also done most of its fall (the table's second column; much of that fall is learning token frequencies, which
 # neither gain measures: [05](05_pretraining.ipynb)'s unigram baselines are 5.905 and 5.547 nats), and `document_gain` is partly there: which of them the transfer follows, these four

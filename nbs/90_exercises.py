@@ -29,7 +29,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # usually, by the package's own implementation from the lessons. The check first asserts that the two agree, then
 # compares the student's answer, so it cannot silently drift from either reference. The exceptions say so in their
 # sections: the random span and mask checks test properties and an exact distribution computed once, and
-# `attention` and `train_step` compare with two hand computations.
+# `attention` compares with SDPA and a hand computation, `train_step` with two hand computations.
 #
 # **Checks that can fail.** The cases of each check run from the core rule to its edge cases, so a mistake usually
 # fails at the case whose hint names it; where it fails earlier, the check's own sentence (in place, dtype, the
@@ -144,8 +144,9 @@ def _agree(name: str, a, b, atol: float = 0.0, rtol: float = 0.0):
 
 
 # %% [markdown]
-# `first_difference` is the comparison every judge uses: shapes and dtypes first, then values, reporting the first
-# element that differs (with what that element stands for, when the case says so).
+# `first_difference` is the comparison most judges use: shapes first (and the dtype, where the check asks for it:
+# `rms_norm`, `shift_right`), then values, reporting the first element that differs (with what that element stands
+# for, when the case says so).
 
 # %%
 #| export
@@ -1145,7 +1146,8 @@ def _judge_adamwscale(p, g, m, v, step, lr, betas, eps, wd):
         for name, before, e, got in zip(("exp_avg", "exp_avg_sq", "param"), (m, v, p), expected[2:] + expected[:1],
                                         args[2:] + args[:1]):
             if torch.equal(got, before) and not torch.equal(e, before):
-                return f"{name} was not updated in place (it still holds its old values)"
+                zero_step = " or its step was zero (an all-zero param has RMS 0: the 1e-3 floor)" if name == "param" else ""
+                return f"{name} still holds its old values: it was not updated in place{zero_step}"
             if problem := first_difference(e, got, **tol):
                 return f"{name} differs {problem}"
     return judge
@@ -2135,7 +2137,8 @@ except AssertionError as e:
 #
 # The prefix-LM mask is checked against the package's `prefix_lm_mask` and a loop over every (query, key) pair
 # written from the rule in T5's figure; a UL2 denoiser's example lengths against the shapes `UL2Collator` really
-# makes on a row and against T5's counting rule (`noise_counts`) written out.
+# makes on a row and against T5's counting rule written out (both take the counts from the package's `noise_counts`,
+# so only the length formula is checked independently).
 
 # %%
 #| export

@@ -438,3 +438,17 @@ def test_fit_with_grad_acc_4_equals_grad_acc_1_with_4x_micro_batch(tmp_path):
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
     for k in w1:
         torch.testing.assert_close(w1[k], w4[k], rtol=1e-4, atol=1e-6)
+
+
+# Catches: checkpoint.resume=never leaving the old run's checkpoints beside the new run's (a later resume would pick the
+# old run's newest step, silently when its setup matches) or deleting them (nothing is lost: they are moved aside).
+def test_resume_never_moves_the_old_checkpoints_aside(tmp_path, small_data):
+    from nanot5_edu.train import train
+    from nanot5_edu.config import make_config
+    base = [*SMALL, *small_data, "optim.warmup_steps=1", "eval.every_steps=1000", "logging.every_steps=1000",
+            f"logging.run_dir={tmp_path}"]
+    train(make_config("cpu-demo", [*base, "train.total_steps=4", "checkpoint.every_steps=2"]))
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_00000002", "step_00000004"]
+    train(make_config("cpu-demo", [*base, "train.total_steps=2", "checkpoint.every_steps=2", "checkpoint.resume=never"]))
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_00000002"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints_replaced_1").iterdir()) == ["step_00000002", "step_00000004"]
