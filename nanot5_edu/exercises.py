@@ -1579,6 +1579,8 @@ def _exact_match_cases():
              "removing the hyphens joins the words ('stateoftheart'): it does not equal 'state of the art'"),
             ("don't_stop", ["dont stop"], 0.0,
              "the underscore is in string.punctuation too: removed, it joins 'dont' and 'stop' into one word"),
+            ("snake_case", ["snakecase"], 100.0,
+             "the underscore is in string.punctuation: removed ('snakecase'); a regex [^\\w\\s] keeps it"),
             ("Café", ["café"], 100.0, "non-ASCII letters are letters: lower-case them and keep them"),
             ("café", ["caf"], 0.0, "only string.punctuation is removed: 'é' is not punctuation"),
             ("café", ["cafe"], 0.0, "accents are kept: 'café' and 'cafe' differ (no Unicode normalisation)")]:

@@ -22,11 +22,11 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # the lengths. They go into `nanot5_edu.noise`.
 #
 # This lesson builds T5's recipe (T5's `random_spans_noise_mask`, as in the version of HF's `run_t5_mlm_flax.py` that
-# nanoT5 copies; today's HF script counts spans differently above density 0.5) as readable functions on one example.
+# nanoT5 copies; today's HF script counts spans differently from density 0.5 on, for some row lengths) as readable functions on one example.
 # It is exact at T5's settings for inputs of 10 tokens or more (T5 uses 512). Below, "T5's length helper" is that HF
 # script's `compute_input_and_target_lengths`, which nanoT5 copies (T5's own code differs from it in the first case).
-# The main edge cases where it and ours differ: when every noise token is its own span (a mean span length of 1, or a
-# single noise token with a mean span below 2) it returns a raw length whose corrupted input is one token too long,
+# The main edge cases where it and ours differ: when every noise token is its own span (for example at a mean span length
+# of 1, or with few noise tokens at a mean span a little above 1) it returns a raw length whose corrupted input is one token too long,
 # since its search starts at the input length and never steps down, and ours steps down; at a noise density of
 # exactly 0.5, when the targets would come out longer than the inputs, it shortens the raw length and the target by
 # one (a "minor hack" in its code) and ours does not; ours keeps at least one span, which it does not, so short

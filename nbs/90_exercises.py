@@ -29,7 +29,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # usually, by the package's own implementation from the lessons. The check first asserts that the two agree, then
 # compares the student's answer, so it cannot silently drift from either reference. The exceptions say so in their
 # sections: the random span and mask checks test properties and an exact distribution computed once, and
-# `attention` compares with SDPA and a hand computation, `train_step` with two hand computations.
+# `attention` compares with SDPA and a hand computation, `train_step` with the model's own backward and a hand sum.
 #
 # **Checks that can fail.** The cases of each check run from the core rule to its edge cases, so a mistake usually
 # fails at the case whose hint names it; where it fails earlier, the check's own sentence (in place, dtype, the
@@ -1259,8 +1259,9 @@ except AssertionError as e:
 # ## Lesson 05: pre-training
 #
 # Both checks run the package's `T5` at a tiny size (2 + 2 blocks of width 32, 64 tokens). `span_gain`'s two
-# oracles are the model's own loss and a float64 hand computation from its logits; `train_step`'s are one backward
-# pass over the whole batch and the per-micro-batch gradients summed by hand, each followed by the same SGD step.
+# oracles are the model's own loss and a float64 hand computation from its logits; `train_step`'s are the model's
+# own backward of the micro-batch losses averaged in one graph (for equal micro-batches, the whole batch at once) and
+# the per-micro-batch gradients summed by hand, each followed by the same SGD step.
 
 # %%
 #| export
@@ -2091,6 +2092,8 @@ def _exact_match_cases():
              "removing the hyphens joins the words ('stateoftheart'): it does not equal 'state of the art'"),
             ("don't_stop", ["dont stop"], 0.0,
              "the underscore is in string.punctuation too: removed, it joins 'dont' and 'stop' into one word"),
+            ("snake_case", ["snakecase"], 100.0,
+             "the underscore is in string.punctuation: removed ('snakecase'); a regex [^\\w\\s] keeps it"),
             ("Café", ["café"], 100.0, "non-ASCII letters are letters: lower-case them and keep them"),
             ("café", ["caf"], 0.0, "only string.punctuation is removed: 'é' is not punctuation"),
             ("café", ["cafe"], 0.0, "accents are kept: 'café' and 'cafe' differ (no Unicode normalisation)")]:
