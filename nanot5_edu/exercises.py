@@ -854,7 +854,8 @@ def _adamwscale_cases():
     m, v = r(4, 6) * 0.1, r(4, 6).pow(2) * 0.01
     yield Case("step 1 from zero moments, eps=0, weight_decay=0",
                "moments: exp_avg = beta1*exp_avg + (1-beta1)*grad, exp_avg_sq = beta2*exp_avg_sq + (1-beta2)*grad**2; "
-               "bias correction: step_size = lr * sqrt(1 - beta2**step) / (1 - beta1**step), step counting from 1",
+               "bias correction: step_size = lr * sqrt(1 - beta2**step) / (1 - beta1**step), step counting from 1; "
+               "then scaled by max(1e-3, RMS(param)) of the param before the update (AdamWScale's one change)",
                _judge_adamwscale(p, big, z(), z(), 1, 1e-2, (0.9, 0.999), 0.0, 0.0))
     yield Case("a zero-initialised weight, step 1, eps=0",
                "RMS floor: the step is scaled by max(1e-3, RMS(param)), so a zero-initialised weight still moves",

@@ -77,6 +77,9 @@ def example_noise_mask(length: int,  # tokens in the row
     _check_noise(noise_density, mean_noise_span_length)
     rng = np.random.default_rng() if rng is None else rng
     num_noise, num_spans = noise_counts(length, noise_density, mean_noise_span_length)
+    if length - num_noise < num_spans:  # no room for a gap before each span
+        raise SpanCorruptionError(f"length={length} keeps {length - num_noise} tokens, too few for a gap before each "
+                                  f"of its {num_spans} spans: use a lower noise_density or a longer mean_noise_span_length.")
     span_lengths = random_segmentation(num_noise, num_spans, rng)
     gap_lengths = random_segmentation(length - num_noise, num_spans, rng)
     mask = []

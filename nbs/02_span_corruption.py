@@ -30,7 +30,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # since its search starts at the input length and never steps down, and ours steps down; at a noise density of
 # exactly 0.5, when the targets would come out longer than the inputs, it shortens the raw length and the target by
 # one (a "minor hack" in its code) and ours does not; ours keeps at least one span, which it does not, so short
-# inputs, or a mean span long next to the number of noise tokens (UL2's mean span 64), can differ; and ours rejects a
+# inputs, or a mean span long next to the number of noise tokens (UL2's mean span 64 on short inputs; at its 512-token inputs both give the same), can differ; and ours rejects a
 # mean span below 1, which it accepts. It uses the corpus of [00_data](00_data.ipynb)
 # and the tokenizer of [01_tokenizer](01_tokenizer.ipynb). The next lesson, [02b](02b_span_batches.ipynb),
 # packs documents into rows and corrupts whole batches fast, checked equal to what is built here.
@@ -138,8 +138,8 @@ test_eq(noise_counts(568, 0.15, 3.0), (85, 28))
 # T5's span corruption (its paper's Section 3.3.4, the objective of the final T5 models and of nanoT5; the baseline
 # of Section 3.1.4 drops tokens independently) fixes the **number** of noise tokens `n` and spans `s` (above),
 # then splits the noise tokens into `s` non-empty spans and the other tokens into `s` non-empty gaps (possible only
-# while the row has at least `s` kept tokens: very short rows at high density break it; 02b's batch version
-# checks), both
+# while the row has at least `s` kept tokens: a density high for its mean span length breaks it, at any row
+# length, and `example_noise_mask` then refuses the setting), both
 # uniformly at random, and interleaves them gap, span, gap, span… — so a row always starts with kept text
 # and ends with a span. Splitting `m` items into `s` non-empty parts uniformly is choosing which `s − 1` of
 # the `m − 1` places between items start a new part: shuffle a row of `s − 1` ones and `m − s` zeros.
@@ -162,6 +162,9 @@ def example_noise_mask(length: int,  # tokens in the row
     _check_noise(noise_density, mean_noise_span_length)
     rng = np.random.default_rng() if rng is None else rng
     num_noise, num_spans = noise_counts(length, noise_density, mean_noise_span_length)
+    if length - num_noise < num_spans:  # no room for a gap before each span
+        raise SpanCorruptionError(f"length={length} keeps {length - num_noise} tokens, too few for a gap before each "
+                                  f"of its {num_spans} spans: use a lower noise_density or a longer mean_noise_span_length.")
     span_lengths = random_segmentation(num_noise, num_spans, rng)
     gap_lengths = random_segmentation(length - num_noise, num_spans, rng)
     mask = []
@@ -421,7 +424,7 @@ test_eq(corrupted_lengths(568, 0.15, 3.0), (512, 114))
 # - Spans and gaps are uniform random segmentations, interleaved gap first and span last; a single span's
 #   length is then roughly geometric, so "mean span length 3" makes length 1 the most common.
 # - Sentinels count down from `<extra_id_0>`, the last id of the vocabulary; the target is the same walk as
-#   the input with the mask inverted, and HF's array formulation gives the same tokens.
+#   the input with the mask inverted, and a re-implementation of HF's array formulation (in this lesson) gives the same tokens.
 # - Corruption loses nothing: `uncorrupt` rebuilds the row, which is how every faster version is checked.
 # - The two knobs set the lengths of everything: more noise moves tokens from the encoder input to the decoder
 #   target, longer spans mean fewer sentinels in both.
@@ -480,6 +483,7 @@ test_fail(lambda: compute_input_and_target_lengths(512, 0.15, 0), contains="must
 test_fail(lambda: compute_input_and_target_lengths(128, 0.15, 0.5), contains="must be at least 1")
 test_fail(lambda: compute_input_and_target_lengths(2), contains="too short to hold one span")
 test_fail(lambda: example_noise_mask(40, 0.15, -1.0), contains="must be at least 1")
+test_fail(lambda: example_noise_mask(568, 0.9, 3.0), contains="too few for a gap")
 
 # %%
 #| hide

@@ -435,8 +435,8 @@ test_eq([torch.equal(resumed[k], run[k]) for k in run], [True] * 4)
 # %% [markdown]
 # ## A damaged checkpoint, named and skipped
 #
-# The hashes cost little next to writing the files: the code cell after the next paragraph prints both (the time to
-# save a checkpoint of the demo's model, and the time to check its hashes, with the files still in the OS's cache: a
+# Checking the hashes on resume costs little next to a save: the code cell after the next paragraph prints both (the
+# time to save a checkpoint of the demo's model, hashing included, and the time to check its hashes, in one timing; with the files still in the OS's cache: a
 # resume after a reboot, or from a network filesystem, also pays for reading them). Both grow with the checkpoint's bytes, so
 # for a bigger model (T5-Base, with its optimizer state) both take longer; Try it 3 below checks whether the check
 # stays a small part of the save as the checkpoint grows. Both are rare: thousands of training steps pass between two

@@ -28,12 +28,14 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # `FlopCounterMode`), by `rouge_score` or `hashlib`, or by a hand computation (in float64 where it computes) — and,
 # usually, by the package's own implementation from the lessons. The check first asserts that the two agree, then
 # compares the student's answer, so it cannot silently drift from either reference. The exceptions say so in their
-# sections: the random span and mask checks test properties and an exact distribution computed once, and
+# sections: the random span and mask checks test properties, and the distributions against an exact one (spans) or
+# Monte Carlo estimates from two package functions (masks), and
 # `attention` compares with SDPA and a hand computation, `train_step` with the model's own backward and a hand sum.
 #
-# **Checks that can fail.** The cases of each check run from the core rule to its edge cases, so a mistake usually
+# **Checks that can fail.** The cases of each check run from the core rule to its edge cases, so a mistake often
 # fails at the case whose hint names it; where it fails earlier, the check's own sentence (in place, dtype, the
-# cache's order) names it. The course's tests (`tests/test_exercises.py`)
+# cache's order) often names it, and otherwise the first case's hint lists the core rule's parts (for
+# `adamwscale_step`, the RMS scale among them). The course's tests (`tests/test_exercises.py`)
 # prove this for every exercise: the reference solution passes, the stub fails with "not implemented yet", and
 # each function of a bank of known-wrong solutions (the mistakes students make) fails with a message that
 # points at its mistake. Reference solutions and the wrong bank live in `tests/exercise_bank.py`, outside the
@@ -1168,7 +1170,8 @@ def _adamwscale_cases():
     m, v = r(4, 6) * 0.1, r(4, 6).pow(2) * 0.01
     yield Case("step 1 from zero moments, eps=0, weight_decay=0",
                "moments: exp_avg = beta1*exp_avg + (1-beta1)*grad, exp_avg_sq = beta2*exp_avg_sq + (1-beta2)*grad**2; "
-               "bias correction: step_size = lr * sqrt(1 - beta2**step) / (1 - beta1**step), step counting from 1",
+               "bias correction: step_size = lr * sqrt(1 - beta2**step) / (1 - beta1**step), step counting from 1; "
+               "then scaled by max(1e-3, RMS(param)) of the param before the update (AdamWScale's one change)",
                _judge_adamwscale(p, big, z(), z(), 1, 1e-2, (0.9, 0.999), 0.0, 0.0))
     yield Case("a zero-initialised weight, step 1, eps=0",
                "RMS floor: the step is scaled by max(1e-3, RMS(param)), so a zero-initialised weight still moves",
@@ -2240,7 +2243,7 @@ def _ul2_length_cases():
 #
 # Every case above is in the open: a student can read it, and a solution could be tuned to it. For marks, a teacher
 # runs `python tools/grade.py FILE --seed N`, which adds to most of these exercises cases drawn from `N`: other sizes, other
-# values, other texts, each answered by the same two oracles. The same seed gives the same cases (a grade can be
+# values, other texts, each answered by the same oracles as the open cases. The same seed gives the same cases (a grade can be
 # redone); another seed gives others.
 
 # %%
