@@ -30,7 +30,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # since its search starts at the input length and never steps down, and ours steps down; at a noise density of
 # exactly 0.5, when the targets would come out longer than the inputs, it shortens the raw length and the target by
 # one (a "minor hack" in its code) and ours does not; ours keeps at least one span, which it does not, so short
-# inputs, or a mean span long next to the number of noise tokens (UL2's mean span 64 on short inputs; at its 512-token inputs both give the same), can differ; and ours rejects a
+# inputs, or a mean span long next to the number of noise tokens (UL2's mean span 64, on short inputs), can differ; and ours rejects a
 # mean span below 1, which it accepts. It uses the corpus of [00_data](00_data.ipynb)
 # and the tokenizer of [01_tokenizer](01_tokenizer.ipynb). The next lesson, [02b](02b_span_batches.ipynb),
 # packs documents into rows and corrupts whole batches fast, checked equal to what is built here.
@@ -139,7 +139,7 @@ test_eq(noise_counts(568, 0.15, 3.0), (85, 28))
 # of Section 3.1.4 drops tokens independently) fixes the **number** of noise tokens `n` and spans `s` (above),
 # then splits the noise tokens into `s` non-empty spans and the other tokens into `s` non-empty gaps (possible only
 # while the row has at least `s` kept tokens: a density high for its mean span length breaks it, at any row
-# length, and `example_noise_mask` then refuses the setting), both
+# length beyond a few tokens, and `example_noise_mask` then refuses the setting), both
 # uniformly at random, and interleaves them gap, span, gap, span… — so a row always starts with kept text
 # and ends with a span. Splitting `m` items into `s` non-empty parts uniformly is choosing which `s − 1` of
 # the `m − 1` places between items start a new part: shuffle a row of `s − 1` ones and `m − s` zeros.
