@@ -1,6 +1,6 @@
 # %% [markdown]
 # # Exercises: checks against two oracles
-# > `EXERCISES`: one check per exercise of lessons 01–09c; each compares a student's function with two independent references (`transformers`, the package or a hand computation) and names the first case that differs
+# > `EXERCISES`: one check per exercise of lessons 01–09c; each compares a student's function with its references (mostly two independent ones: `transformers`, the package or a hand computation) and names the first case that differs
 
 # %% [markdown]
 # On Colab (or any fresh environment) install the package first; where it is installed this does nothing.
@@ -1261,7 +1261,7 @@ except AssertionError as e:
 # %% [markdown]
 # ## Lesson 05: pre-training
 #
-# Both checks run the package's `T5` at a tiny size (2 + 2 blocks of width 32, 64 tokens). `span_gain`'s two
+# Both checks run the package's `T5` at a tiny size (2 + 2 blocks of width 32, a vocabulary of 64 ids). `span_gain`'s two
 # oracles are the model's own loss and a float64 hand computation from its logits; `train_step`'s are the model's
 # own backward of the micro-batch losses averaged in one graph (for equal micro-batches, the whole batch at once) and
 # the per-micro-batch gradients summed by hand, each followed by the same SGD step.
@@ -1514,7 +1514,7 @@ def _next_rows_cases():
 #
 # `flops_per_step` is compared with the package's `flops_per_step` and with PyTorch's own count: `FlopCounterMode`
 # records every matmul and attention kernel of a forward pass of the package's `T5` on the `meta` device (shapes
-# only, no data: even T5-Base costs nothing), × 3 for the backward. The two agree exactly, so the check does too.
+# only, no data: even T5-Base costs nothing), × 3 for forward plus backward. The two agree exactly, so the check asks for agreement to a relative 1e-9.
 # `training_state_bytes` is compared with the package's `estimate_memory` and with a count over the parameters and
 # the `nn.Linear` modules of the model itself, built on the `meta` device.
 
