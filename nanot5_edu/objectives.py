@@ -14,7 +14,8 @@ from .layers import ModelConfig
 from .model import HF_ALIAS_KEYS, Seq2SeqOutput, Stack, T5, compute_dtype, init_weights, mask_value, shift_right
 from .noise import SpanCorruptionError, compute_input_and_target_lengths
 from .pretrain import document_partners
-from .spans import _SpanCorruptor, _random_span_cuts, _spans_checked
+from .noise import _checked_noise_counts
+from .spans import _SpanCorruptor, _random_span_cuts
 from .tokenizer import NUM_SENTINELS, sentinel_ids
 
 # %% auto #0
@@ -183,7 +184,7 @@ class UL2Collator(_Objective):
             if mode == "S":
                 self.parts.append(PrefixLMCollator(tokenizer, raw_length, mode=self.modes["S"]))
                 continue
-            noise, spans = _spans_checked(raw_length, r, mu)
+            noise, spans = _checked_noise_counts(raw_length, r, mu)
             if spans > NUM_SENTINELS - len(self.modes):
                 raise SpanCorruptionError(f"UL2 denoiser (μ={mu}, r={r}) makes {spans} spans in {raw_length} tokens, "
                                           f"more than the {NUM_SENTINELS - 3} sentinels the mode tokens leave: shorten "

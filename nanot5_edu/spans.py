@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 
 from .tokenizer import NUM_SENTINELS, TokenizerError, encode_batch, sentinel_ids
-from .noise import compute_input_and_target_lengths, noise_counts, SpanCorruptionError, _check_noise
+from .noise import compute_input_and_target_lengths, SpanCorruptionError, _checked_noise_counts
 
 # %% auto #0
 __all__ = ['pack_token_rows', 'row_documents', 'pack_dataset', 'random_cuts', 'random_spans_noise_mask', 'corrupt_spans',
@@ -99,19 +99,6 @@ def random_cuts(batch: int,  # rows
     return kept.nonzero()[:, 1].view(batch, S, count) - offset_column
 
 # %% ../nbs/02b_span_batches.ipynb #827d1421
-def _spans_checked(length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
-    _check_noise(noise_density, mean_noise_span_length)
-    num_noise, num_spans = noise_counts(length, noise_density, mean_noise_span_length)
-    if num_spans > num_noise:
-        raise SpanCorruptionError(f"mean_noise_span_length={mean_noise_span_length} gives {num_spans} spans for "
-                                  f"{num_noise} noise tokens: use a mean span length >= 1.")
-    if length - num_noise < num_spans:
-        raise SpanCorruptionError(f"length={length} keeps {length - num_noise} tokens, too few for a gap before each of "
-                                  f"its {num_spans} spans: use a lower noise_density or a mean_noise_span_length of about "
-                                  f"{num_noise / max(length - num_noise, 1):.0f} or more.")
-    return num_noise, num_spans
-
-
 def _random_span_cuts(rows: int, length: int, num_noise: int, num_spans: int, generator) -> torch.Tensor:
     "[rows, 2, spans - 1] cut slots: where gaps (in kept tokens) and spans (in noise tokens) are split"
     return random_cuts(rows, [length - num_noise - 1, num_noise - 1], num_spans - 1, generator)
@@ -124,7 +111,7 @@ def random_spans_noise_mask(length: int,  # tokens per row
                             batch: int | None = None,  # rows to draw at once; None: one row, shape [length]
                             ) -> torch.Tensor:
     "T5 noise mask(s): exactly T5's count of noise tokens in round(noise/mean_span) spans, gap first, span last"
-    num_noise, num_spans = _spans_checked(length, noise_density, mean_noise_span_length)
+    num_noise, num_spans = _checked_noise_counts(length, noise_density, mean_noise_span_length)
     rows = 1 if batch is None else batch
     cuts = _random_span_cuts(rows, length, num_noise, num_spans, generator)
     totals = torch.tensor([[length - num_noise], [num_noise]]).expand(rows, 2, 1)
@@ -209,7 +196,7 @@ class SpanCorruptionCollator:
         self.inputs_length, self.noise_density, self.mean_noise_span_length = inputs_length, noise_density, mean_noise_span_length
         self.raw_length, self.targets_length = compute_input_and_target_lengths(inputs_length, noise_density,
                                                                                 mean_noise_span_length)
-        self.num_noise, self.num_spans = _spans_checked(self.raw_length, noise_density, mean_noise_span_length)
+        self.num_noise, self.num_spans = _checked_noise_counts(self.raw_length, noise_density, mean_noise_span_length)
         num_spans = self.num_spans
         if num_spans > NUM_SENTINELS:
             raise SpanCorruptionError(f"inputs_length={inputs_length} makes {num_spans} spans per row but T5 has "

@@ -154,17 +154,24 @@ def random_segmentation(num_items: int, num_segments: int, rng: np.random.Genera
     return np.bincount(part_of_item, minlength=num_segments)
 
 
+def _checked_noise_counts(length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
+    "`noise_counts` of a valid setting: one that leaves a kept token before each span (else SpanCorruptionError)"
+    _check_noise(noise_density, mean_noise_span_length)
+    num_noise, num_spans = noise_counts(length, noise_density, mean_noise_span_length)
+    if length - num_noise < num_spans:  # no room for a gap before each span
+        raise SpanCorruptionError(f"length={length} keeps {length - num_noise} tokens, too few for a gap before each of "
+                                  f"its {num_spans} spans: use a lower noise_density or a mean_noise_span_length of about "
+                                  f"{num_noise / max(length - num_noise, 1):.0f} or more.")
+    return num_noise, num_spans
+
+
 def example_noise_mask(length: int,  # tokens in the row
                        noise_density: float = 0.15,  # fraction of tokens hidden
                        mean_noise_span_length: float = 3.0,  # mean tokens per hidden span
                        rng: np.random.Generator | None = None) -> np.ndarray:
     "T5's noise mask for one row (True = hidden): gap, span, gap, span, …, with T5's exact counts"
-    _check_noise(noise_density, mean_noise_span_length)
+    num_noise, num_spans = _checked_noise_counts(length, noise_density, mean_noise_span_length)
     rng = np.random.default_rng() if rng is None else rng
-    num_noise, num_spans = noise_counts(length, noise_density, mean_noise_span_length)
-    if length - num_noise < num_spans:  # no room for a gap before each span
-        raise SpanCorruptionError(f"length={length} keeps {length - num_noise} tokens, too few for a gap before each "
-                                  f"of its {num_spans} spans: use a lower noise_density or a longer mean_noise_span_length.")
     span_lengths = random_segmentation(num_noise, num_spans, rng)
     gap_lengths = random_segmentation(length - num_noise, num_spans, rng)
     mask = []

@@ -18,7 +18,7 @@ if importlib.util.find_spec("nanot5_edu") is None:  # the README's install line
 # builds both, and checks the fast version equal to the readable one on the same masks.
 #
 # **What it needs**: the corpus of [00](00_data.ipynb), the tokenizer of [01](01_tokenizer.ipynb), and from 02
-# (`nanot5_edu.noise`): `noise_counts` and `compute_input_and_target_lengths` (T5 fixes the numbers of noise
+# (`nanot5_edu.noise`): `noise_counts` (in its checked form, `_checked_noise_counts`) and `compute_input_and_target_lengths` (T5 fixes the numbers of noise
 # tokens and spans per row, so every row of a given length corrupts to the same lengths), the mask layout
 # (gap, span, gap, span, …: kept text first, a span last), `example_noise_mask`, `corrupt_example`, `uncorrupt`,
 # `span_lengths` and `SpanCorruptionError`.
@@ -42,7 +42,7 @@ from typing import Sequence
 import torch
 
 from nanot5_edu.tokenizer import NUM_SENTINELS, TokenizerError, encode_batch, sentinel_ids
-from nanot5_edu.noise import compute_input_and_target_lengths, noise_counts, SpanCorruptionError, _check_noise
+from nanot5_edu.noise import compute_input_and_target_lengths, SpanCorruptionError, _checked_noise_counts
 
 # %%
 #| hide
@@ -262,19 +262,6 @@ for name, fn in [("topk draft", topk_cuts), ("random_cuts", random_cuts)]:
 
 # %%
 #| export
-def _spans_checked(length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
-    _check_noise(noise_density, mean_noise_span_length)
-    num_noise, num_spans = noise_counts(length, noise_density, mean_noise_span_length)
-    if num_spans > num_noise:
-        raise SpanCorruptionError(f"mean_noise_span_length={mean_noise_span_length} gives {num_spans} spans for "
-                                  f"{num_noise} noise tokens: use a mean span length >= 1.")
-    if length - num_noise < num_spans:
-        raise SpanCorruptionError(f"length={length} keeps {length - num_noise} tokens, too few for a gap before each of "
-                                  f"its {num_spans} spans: use a lower noise_density or a mean_noise_span_length of about "
-                                  f"{num_noise / max(length - num_noise, 1):.0f} or more.")
-    return num_noise, num_spans
-
-
 def _random_span_cuts(rows: int, length: int, num_noise: int, num_spans: int, generator) -> torch.Tensor:
     "[rows, 2, spans - 1] cut slots: where gaps (in kept tokens) and spans (in noise tokens) are split"
     return random_cuts(rows, [length - num_noise - 1, num_noise - 1], num_spans - 1, generator)
@@ -287,7 +274,7 @@ def random_spans_noise_mask(length: int,  # tokens per row
                             batch: int | None = None,  # rows to draw at once; None: one row, shape [length]
                             ) -> torch.Tensor:
     "T5 noise mask(s): exactly T5's count of noise tokens in round(noise/mean_span) spans, gap first, span last"
-    num_noise, num_spans = _spans_checked(length, noise_density, mean_noise_span_length)
+    num_noise, num_spans = _checked_noise_counts(length, noise_density, mean_noise_span_length)
     rows = 1 if batch is None else batch
     cuts = _random_span_cuts(rows, length, num_noise, num_spans, generator)
     totals = torch.tensor([[length - num_noise], [num_noise]]).expand(rows, 2, 1)
@@ -436,7 +423,7 @@ class SpanCorruptionCollator:
         self.inputs_length, self.noise_density, self.mean_noise_span_length = inputs_length, noise_density, mean_noise_span_length
         self.raw_length, self.targets_length = compute_input_and_target_lengths(inputs_length, noise_density,
                                                                                 mean_noise_span_length)
-        self.num_noise, self.num_spans = _spans_checked(self.raw_length, noise_density, mean_noise_span_length)
+        self.num_noise, self.num_spans = _checked_noise_counts(self.raw_length, noise_density, mean_noise_span_length)
         num_spans = self.num_spans
         if num_spans > NUM_SENTINELS:
             raise SpanCorruptionError(f"inputs_length={inputs_length} makes {num_spans} spans per row but T5 has "
